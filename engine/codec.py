@@ -1,0 +1,53 @@
+"""Request and response codecs: one rule file each, run as reject -> before -> output -> after."""
+from __future__ import annotations
+
+from .errors import InvalidRequest, UpstreamProtocolError
+from .expr import truthy
+from .template import Compiler, Run, Scope
+
+#: values that count as absent for advisory fields (mappings.md "neutral values")
+NEUTRAL = (None, False, 0, "", [], {})
+
+
+class Codec:
+    """A compiled ``request.*`` or ``response.*`` rule file."""
+
+    def __init__(self, doc: dict, compiler: Compiler):
+        self.kind, self.protocol, self.file = doc["kind"], doc["protocol"], compiler.file
+        request = self.kind.startswith("request")
+        self.run = Run(InvalidRequest if request else UpstreamProtocolError, annotate_paths=self.kind == "request.decode")
+        self.params = dict(doc.get("params") or {})
+        self.rejects = [(compiler.compile(r["when"], r), r["param"], r["message"]) for r in doc.get("reject") or []]
+        self.advisory = list(doc.get("advisory") or [])
+        self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
+        self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
+        for name in compiler.named_src:
+            compiler.ref(name)
+        self.output = compiler.compile(doc["output"], doc)
+
+    def apply(self, payload, ctx):
+        if self.params:
+            ctx.param_names.update(self.params)
+        scope = Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, self.run)
+        for when, param, message in self.rejects:
+            if truthy(when(scope)):
+                raise InvalidRequest(message, ctx.param_names.get(param, param))
+        if self.advisory and isinstance(payload, dict):
+            for name in self.advisory:
+                if payload.get(name) not in NEUTRAL:
+                    ctx.trace(f"dropped advisory field {ctx.param_names.get(name, name)} (no slot in {self.protocol})")
+        for hook in self.before:
+            payload = hook(scope)
+            scope = scope.at(payload)
+            scope.vars["root"] = payload
+        out = self.output(scope)
+        for hook in self.after:
+            out = hook(scope.at(out))
+        return out
+
+
+def _hook(compiler: Compiler, name: str, doc):
+    hook = compiler.hooks.get(name)
+    if hook is None:
+        raise compiler.error(doc, f"unknown hook {name!r}")
+    return hook

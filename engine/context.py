@@ -1,0 +1,52 @@
+"""Per-request translation context: everything a rule may read besides the payload."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Anthropic requires max_tokens; Chat and Responses clients may omit it.
+DEFAULT_MAX_TOKENS = 4096
+
+
+@dataclass
+class Context:
+    client_protocol: str
+    provider_protocol: str
+    provider_name: str = "default"
+    upstream_model: str | None = None
+    client_body: dict | None = None
+    continuation_enabled: bool = True
+    continuation_secret: str | None = None
+    max_tokens_default: int | None = None
+    drop_sampling: bool = False
+    # Wire names the client used for canonical fields (filled by request decoders) so a
+    # rejection by the provider's encoder can name the client's own field.
+    param_names: dict = field(default_factory=dict)
+    # Non-fatal notes (dropped advisory fields, skipped foreign reasoning): no payload text.
+    traces: list = field(default_factory=list)
+
+    _vars: dict | None = field(default=None, repr=False)
+
+    def vars(self) -> dict[str, Any]:
+        """The ``$ctx`` variable rules read (built once per request)."""
+        if self._vars is None:
+            self._vars = self._build_vars()
+        return self._vars
+
+    def _build_vars(self) -> dict[str, Any]:
+        body = self.client_body or {}
+        stream_options = body.get("stream_options") if isinstance(body, dict) else None
+        return {
+            "client_protocol": self.client_protocol,
+            "provider_protocol": self.provider_protocol,
+            "provider_name": self.provider_name,
+            "upstream_model": self.upstream_model,
+            "continuation_enabled": self.continuation_enabled,
+            "max_tokens_default": self.max_tokens_default or DEFAULT_MAX_TOKENS,
+            "drop_sampling": self.drop_sampling,
+            "include_usage": bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
+            "client_body": body,
+        }
+
+    def trace(self, message: str) -> None:
+        self.traces.append(message)

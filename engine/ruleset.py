@@ -1,0 +1,159 @@
+"""Loading rule files: parse with line numbers, validate against the rule schema,
+layer an override directory on top of the built-in rules, compile once."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from . import yamlsrc
+from .errors import RuleError
+from .tables import Table
+from .template import _MISS
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILTIN_RULES = ROOT / "rules"
+SCHEMAS = ROOT / "schemas"
+
+_validator = None
+
+
+def rules_validator():
+    global _validator
+    if _validator is None:
+        schema = json.loads((SCHEMAS / "rules.schema.json").read_text())
+        _validator = jsonschema.Draft202012Validator(schema)
+    return _validator
+
+
+def display_path(path: Path) -> str:
+    try:
+        return os.path.relpath(path)
+    except ValueError:
+        return str(path)
+
+
+@dataclass
+class SourceFile:
+    path: str
+    doc: dict
+    duplicates: list = field(default_factory=list)
+
+
+def _node_line(doc, path) -> int:
+    """The line of the deepest Located node on a jsonschema error path."""
+    node, line = doc, getattr(doc, "line", 0)
+    for step in path:
+        if isinstance(node, yamlsrc.Located):
+            line = node.key_lines.get(step, node.line)
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            break
+        line = getattr(node, "line", line)
+    return line or 0
+
+
+def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
+    """Parse and schema-check one file; returns the file and its problems."""
+    name = display_path(path)
+    try:
+        doc, duplicates = yamlsrc.load(path.read_text(encoding="utf-8"), name)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        return None, [RuleError(f"YAML syntax: {getattr(err, 'problem', err)}", name, mark.line + 1 if mark else None)]
+    except (OSError, UnicodeDecodeError) as err:
+        return None, [RuleError(f"cannot read: {err}", name, None)]
+    problems = [RuleError(f"duplicate key {key!r}", name, line) for line, key in duplicates]
+    if not isinstance(doc, dict):
+        return None, problems + [RuleError("a rule file is a YAML mapping", name, 1)]
+    for err in sorted(rules_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+        where = "/".join(map(str, err.absolute_path)) or "(top)"
+        problems.append(RuleError(f"{where}: {err.message}", name, _node_line(doc, err.absolute_path)))
+    return SourceFile(name, doc, duplicates), problems
+
+
+def rule_files(directory: Path) -> list[Path]:
+    return sorted(p for p in Path(directory).rglob("*.yaml") if p.is_file()) + sorted(
+        p for p in Path(directory).rglob("*.yml") if p.is_file())
+
+
+@dataclass
+class Layered:
+    """Rule documents after layering: tables by name, codecs by (kind, protocol)."""
+    tables: dict = field(default_factory=dict)       # name -> (table dict, file)
+    enums: dict = field(default_factory=dict)        # name -> (values, file, line)
+    codecs: dict = field(default_factory=dict)       # (kind, protocol) -> (doc, file)
+
+
+_MERGED_KEYS = ("on", "templates", "state", "params")
+
+
+def layer(files: list[SourceFile], into: Layered | None = None) -> Layered:
+    """Later files win: table entries one by one, codec sections key by key."""
+    out = into or Layered()
+    for src in files:
+        doc, kind = src.doc, src.doc.get("kind")
+        if kind == "tables":
+            for table in doc.get("tables", []):
+                name = table["name"]
+                if name in out.tables:
+                    base, _ = out.tables[name]
+                    merged = yamlsrc.Located(base, file=table.file, line=table.line, key_lines=table.key_lines)
+                    merged_map = yamlsrc.Located(base["map"], file=base["map"].file, line=base["map"].line,
+                                                 key_lines=dict(base["map"].key_lines))
+                    for key, value in table["map"].items():
+                        merged_map[key] = value
+                        merged_map.key_lines[key] = table["map"].key_lines.get(key)
+                    merged.update({k: v for k, v in table.items() if k != "map"})
+                    merged["map"] = merged_map
+                    out.tables[name] = (merged, src.path)
+                else:
+                    out.tables[name] = (table, src.path)
+        elif kind == "enums":
+            for name, values in doc["enums"].items():
+                out.enums[name] = (list(values), src.path, doc["enums"].key_lines.get(name))
+        else:
+            key = (kind, doc.get("protocol"))
+            if key in out.codecs:
+                base, _ = out.codecs[key]
+                merged = yamlsrc.Located(base, file=doc.file, line=doc.line, key_lines={**base.key_lines, **doc.key_lines})
+                for k, v in doc.items():
+                    if k in _MERGED_KEYS and isinstance(base.get(k), dict) and isinstance(v, dict):
+                        section = yamlsrc.Located(base[k], file=v.file, line=v.line, key_lines={**base[k].key_lines, **v.key_lines})
+                        section.update(v)
+                        merged[k] = section
+                    else:
+                        merged[k] = v
+                out.codecs[key] = (merged, src.path)
+            else:
+                out.codecs[key] = (doc, src.path)
+    return out
+
+
+def build_tables(layered: Layered) -> dict[str, Table]:
+    tables = {}
+    for name, (doc, file) in layered.tables.items():
+        tables[name] = Table(name, doc["from"], doc["map"], doc.get("default", _MISS), f"{file}:{doc.line}")
+    return tables
+
+
+def read_dirs(dirs: list[Path]) -> tuple[Layered, list[RuleError]]:
+    layered, problems = Layered(), []
+    for directory in dirs:
+        directory = Path(directory)
+        if not directory.is_dir():
+            problems.append(RuleError(f"rules directory not found: {directory}"))
+            continue
+        files = []
+        for path in rule_files(directory):
+            src, errs = read_file(path)
+            problems.extend(errs)
+            if src is not None and not errs:
+                files.append(src)
+        layer(files, layered)
+    return layered, problems

@@ -1,0 +1,299 @@
+"""Stream codecs and the per-stream pipeline.
+
+    upstream SSE event -> decoder transitions -> IR events -> [serializer] -> encoder transitions -> client SSE bytes
+
+A ``stream.decode`` / ``stream.encode`` rule file lists, per event key, transitions
+tried in order; the first whose ``when`` holds runs its steps (``do``, ``set``,
+``emit``, ``error``) in the order they are written. Hooks keep per-stream state in
+``$state``; nothing is global.
+"""
+from __future__ import annotations
+
+import copy
+
+import orjson
+
+from .errors import TranslationError, UpstreamProtocolError
+from .expr import compile_expr, truthy
+from .template import Compiler, Run, Scope
+
+IR_TERMINAL = "message_stop"
+
+
+class Transition:
+    __slots__ = ("when", "steps", "where")
+
+    def __init__(self, node, compiler: Compiler):
+        self.where = compiler.where(node)
+        self.when = compiler.compile(node["when"], node) if "when" in node else None
+        self.steps = []
+        for key, value in node.items():
+            if key == "do":
+                items = value if isinstance(value, list) else [value]
+                self.steps.append(("do", [compiler.compile(v, node) for v in items]))
+            elif key == "set":
+                self.steps.append(("set", [(k, compiler.compile(v, value)) for k, v in value.items()]))
+            elif key == "emit":
+                self.steps.append(("emit", [compiler.compile(v, value) for v in value]))
+            elif key == "error":
+                self.steps.append(("error", value))
+
+    def run(self, scope: Scope, out: list) -> None:
+        for kind, payload in self.steps:
+            if kind == "emit":
+                for fn in payload:
+                    value = fn(scope)
+                    if isinstance(value, list):
+                        out.extend(v for v in value if v is not None)
+                    elif value is not None:
+                        out.append(value)
+            elif kind == "do":
+                for fn in payload:
+                    fn(scope)
+            elif kind == "set":
+                state = scope.vars["state"]
+                for key, fn in payload:
+                    state[key] = fn(scope)
+            else:
+                raise UpstreamProtocolError(payload, None, self.where)
+
+
+class StreamRules:
+    """A compiled ``stream.decode`` or ``stream.encode`` rule file."""
+
+    def __init__(self, doc: dict, compiler: Compiler):
+        self.kind, self.protocol, self.file = doc["kind"], doc["protocol"], compiler.file
+        self.initial_state = copy.deepcopy(dict(doc.get("state") or {}))
+        self.on = {str(k): [Transition(t, compiler) for t in v] for k, v in doc["on"].items()}
+        self.eof = [Transition(t, compiler) for t in doc.get("eof") or []]
+        self.key = compile_expr(doc["key"], compiler.where(doc, "key")) if "key" in doc else None
+        self.split = None
+        if "split" in doc:
+            self.split = compiler.hooks.get(doc["split"])
+            if self.split is None:
+                raise compiler.error(doc, f"unknown hook {doc['split']!r}", "split")
+        self.stamp = None
+        if "stamp" in doc:
+            self.stamp = compiler.hooks.get(doc["stamp"])
+            if self.stamp is None:
+                raise compiler.error(doc, f"unknown hook {doc['stamp']!r}", "stamp")
+        self.named_sse = doc.get("sse", "named") == "named"
+        self.overlap = doc.get("overlap", True)
+        self.unknown_is_error = doc.get("unknown", "ignore") == "error"
+        for name in compiler.named_src:
+            compiler.ref(name)
+
+
+class StreamRun:
+    """One stream's run of a StreamRules: its own state."""
+
+    def __init__(self, rules: StreamRules, ctx):
+        self.rules, self.ctx = rules, ctx
+        self.state = copy.deepcopy(rules.initial_state)
+        self.vars = {"ctx": ctx.vars(), "state": self.state, "root": None}
+        self.run = Run(UpstreamProtocolError)
+
+    def handle(self, key: str, event) -> list:
+        transitions = self.rules.on.get(key)
+        if transitions is None:
+            if self.rules.unknown_is_error:
+                raise UpstreamProtocolError(f"unexpected {self.rules.protocol} stream event {key!r}")
+            return []
+        out: list = []
+        scope = Scope(event, self.vars, "", self.ctx, self.run)
+        for t in transitions:
+            if t.when is None or truthy(t.when(scope)):
+                t.run(scope, out)
+                break
+        return out
+
+    def handle_eof(self) -> list:
+        out: list = []
+        scope = Scope({}, self.vars, "", self.ctx, self.run)
+        for t in self.rules.eof:
+            if t.when is None or truthy(t.when(scope)):
+                t.run(scope, out)
+                break
+        return out
+
+    def decode(self, payload) -> list:
+        """Wire event (parsed) -> IR events."""
+        rules = self.rules
+        if rules.split is not None:
+            out = []
+            for sub in rules.split(Scope(payload, self.vars, "", self.ctx, self.run)):
+                out.extend(self.handle(sub["type"], sub))
+            return out
+        key = rules.key(Scope(payload, self.vars, "", self.ctx, self.run)) if rules.key else payload.get("type")
+        return self.handle(str(key), payload)
+
+
+class BlockSerializer:
+    """Holds later blocks while one is open (decisions.md #11): Anthropic and Responses
+    clients assume one open block/item at a time, but a Chat upstream may interleave
+    parallel tool calls. The first block streams live; the others follow in start order."""
+
+    __slots__ = ("current", "pending", "buffers")
+
+    def __init__(self):
+        self.current = None
+        self.pending: list = []
+        self.buffers: dict = {}
+
+    def push(self, ev: dict) -> list:
+        kind = ev["type"]
+        if kind == "block_start":
+            if self.current is None and not self.pending:
+                self.current = ev["index"]
+                return [ev]
+            self.pending.append(ev["index"])
+            self.buffers[ev["index"]] = [ev]
+            return []
+        if kind in ("block_delta", "block_opaque", "block_stop"):
+            index = ev["index"]
+            if index != self.current:
+                buffer = self.buffers.get(index)
+                if buffer is None:
+                    return [ev]
+                buffer.append(ev)
+                return []
+            if kind == "block_stop":
+                self.current = None
+                return [ev, *self._drain()]
+            return [ev]
+        if kind == IR_TERMINAL:
+            return [*self._drain(everything=True), ev]
+        return [ev]
+
+    def _drain(self, everything: bool = False) -> list:
+        out = []
+        while self.pending and (self.current is None or everything):
+            index = self.pending.pop(0)
+            buffered = self.buffers.pop(index)
+            self.current = index
+            for ev in buffered:
+                out.append(ev)
+                if ev["type"] == "block_stop":
+                    self.current = None
+        return out
+
+
+def error_event(err: Exception, status: int = 502) -> dict:
+    message = getattr(err, "message", None) or str(err)
+    return {"type": "error", "status": getattr(err, "status", status) if isinstance(err, TranslationError) and err.status != 500 else status,
+            "error_type": "upstream_protocol_error", "message": message}
+
+
+class StreamTranslator:
+    """Translates one upstream SSE stream into the client's protocol, event by event."""
+
+    def __init__(self, decoder: StreamRules, encoder: StreamRules, ctx):
+        self.ctx = ctx
+        self.decoder = StreamRun(decoder, ctx)
+        self.encoder = StreamRun(encoder, ctx)
+        self.serializer = None if encoder.overlap else BlockSerializer()
+        self.named = encoder.named_sse
+        self.stamp = encoder.stamp
+        self.complete = False
+        self.failed = False
+        self.usage = None
+        self.stop = None
+        self._open_tools: set = set()
+
+    @property
+    def in_tool_arguments(self) -> bool:
+        return bool(self._open_tools)
+
+    @property
+    def done(self) -> bool:
+        return self.complete or self.failed
+
+    def feed(self, sse) -> list[bytes]:
+        if self.complete or self.failed:
+            return []
+        data = sse.data
+        if data == "[DONE]":
+            payload = {"type": "[DONE]"}
+        else:
+            try:
+                payload = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                return self._emit([{"type": "error", "status": 502, "error_type": "upstream_protocol_error",
+                                    "message": f"malformed upstream {self.ctx.provider_protocol} stream event (not JSON)"}])
+            if not isinstance(payload, dict):
+                return self._emit([{"type": "error", "status": 502, "error_type": "upstream_protocol_error",
+                                    "message": "malformed upstream stream event (not an object)"}])
+            if sse.event and "type" not in payload:
+                payload["type"] = sse.event
+        try:
+            events = self.decoder.decode(payload)
+        except TranslationError as err:
+            events = [error_event(err)]
+        return self._emit(events)
+
+    def eof(self) -> list[bytes]:
+        if self.complete or self.failed:
+            return []
+        try:
+            events = self.decoder.handle_eof()
+        except TranslationError as err:
+            events = [error_event(err)]
+        if not any(e.get("type") in (IR_TERMINAL, "error") for e in events):
+            events.append({"type": "error", "status": 502, "error_type": "incomplete_stream",
+                           "message": "upstream stream ended before its terminal event"})
+        return self._emit(events)
+
+    def fail(self, kind: str, message: str, status: int = 502) -> list[bytes]:
+        if self.complete or self.failed:
+            return []
+        return self._emit([{"type": "error", "status": status, "error_type": kind, "message": message}])
+
+    def _emit(self, events: list) -> list[bytes]:
+        out: list[bytes] = []
+        for ev in events:
+            self._observe(ev)
+            staged = self.serializer.push(ev) if self.serializer is not None else (ev,)
+            for item in staged:
+                self._encode(item, out)
+                if self.complete or self.failed:
+                    return out
+        return out
+
+    def _encode(self, ev: dict, out: list) -> None:
+        kind = ev["type"]
+        try:
+            wire = self.encoder.handle(kind, ev)
+        except TranslationError as err:
+            if kind == "error":
+                raise
+            self._encode(error_event(err), out)
+            return
+        for item in wire:
+            out.append(self._sse(item))
+        if kind == IR_TERMINAL:
+            self.complete = True
+        elif kind == "error":
+            self.failed = True
+
+    def _observe(self, ev: dict) -> None:
+        kind = ev["type"]
+        if kind == "block_start" and ev.get("kind") == "tool_call":
+            self._open_tools.add(ev["index"])
+        elif kind == "block_stop":
+            self._open_tools.discard(ev["index"])
+        elif kind == IR_TERMINAL:
+            self._open_tools.clear()
+            self.usage = ev.get("usage")
+            self.stop = ev.get("stop")
+        elif kind == "error":
+            self._open_tools.clear()
+
+    def _sse(self, item) -> bytes:
+        if isinstance(item, str):
+            return b"data: " + item.encode() + b"\n\n"
+        if self.stamp is not None:
+            item = self.stamp(Scope(item, self.encoder.vars, "", self.ctx, self.encoder.run))
+        body = orjson.dumps(item)
+        if self.named:
+            return b"event: " + item["type"].encode() + b"\ndata: " + body + b"\n\n"
+        return b"data: " + body + b"\n\n"
