@@ -1,0 +1,90 @@
+"""What a mock upstream answers with: a JSON body, a raw error, an SSE stream, or silence."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+CHAT = "openai_chat_completions"
+RESPONSES = "openai_responses"
+ANTHROPIC = "anthropic_messages"
+
+NATIVE = object()  # Error body default: the protocol's own error shape
+
+
+@dataclass
+class Json:
+    body: dict
+    status: int = 200
+    headers: dict | None = None
+
+
+@dataclass
+class Error:
+    status: int
+    body: object = NATIVE  # dict | str | bytes | None (None = empty body)
+    headers: dict | None = None
+    content_type: str | None = None
+    message: str | None = None  # for the native shape
+
+
+@dataclass
+class Stream:
+    events: list | None = None  # [(event name | None, data str | dict)]
+    raw: list[bytes] | None = None  # sent as-is, one write each
+    split_bytes: int | None = None
+    crlf: bool = False
+    cut_after: int | None = None
+    stall_after: int | None = None
+    stall_secs: float = 0.0
+    delay_secs: float = 0.0
+    headers: dict | None = None
+    status: int = 200
+    abort: bool = False  # with cut_after: drop the connection instead of ending the body cleanly
+
+
+@dataclass
+class Hang:
+    secs: float
+    after_headers: bool = False
+
+
+def encode_event(event: str | None, data: str | dict, crlf: bool = False) -> bytes:
+    """One SSE event: optional `event:` line, one `data:` line, blank line."""
+    nl = "\r\n" if crlf else "\n"
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    head = f"event: {event}{nl}" if event is not None else ""
+    return f"{head}data: {payload}{nl}{nl}".encode()
+
+
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    503: "overloaded_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+_OPENAI_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "invalid_request_error",
+    404: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+def native_error_body(protocol: str, status: int, message: str | None = None) -> dict:
+    """The body a real upstream of `protocol` sends with an HTTP error status."""
+    message = message or f"mock upstream error {status}"
+    if protocol == ANTHROPIC:
+        kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+        return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_mock"}
+    kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
