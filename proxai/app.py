@@ -1,0 +1,425 @@
+"""The aiohttp front: ingress, admission, routing, pass-through or translation, errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+import json
+import logging
+import secrets
+import time
+import traceback
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from proxai import errors as E
+from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
+from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.logs import log_request
+from proxai.passthrough import PassthroughWatch, StreamRelay
+from proxai.routing import RouteMatch, Router
+from proxai.transport import Transport, read_body
+
+log = logging.getLogger("proxai")
+
+PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
+REQUEST_ID_HEADER = "x-proxai-request-id"
+SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
+
+PROXY_KEY: web.AppKey["Proxy"] = web.AppKey("proxai.proxy", object)  # type: ignore[arg-type]
+INFO_KEY: web.RequestKey[dict] = web.RequestKey("proxai.info", dict)
+
+
+def protocol_for_path(path: str) -> str:
+    """The client protocol of a path; unknown paths answer in the closest family's shape."""
+    if path in PATHS:
+        return PATHS[path]
+    if path.rstrip("/").endswith("messages"):
+        return ANTHROPIC
+    return CHAT
+
+
+class Proxy:
+    def __init__(self, config: Config, *, demo: bool = False):
+        self.demo = demo
+        self.config = config
+        self.router = Router(config) if not demo else None
+        self.transport = Transport(pool_size=max(100, config.server.max_concurrent_requests))
+        self.active = 0
+        self.engine: Any = None
+        self.engine_problem: str | None = None
+        self._mock_runner: web.AppRunner | None = None
+        self._load_engine()
+
+    def _load_engine(self) -> None:
+        try:
+            import engine
+        except ImportError as exc:
+            self.engine_problem = f"translation engine not available ({exc})"
+            return
+        try:
+            self.engine = engine.Engine.load(self.config.rules_dir)
+        except Exception as exc:
+            if self.config.rules_dir:
+                raise  # the user's own rules are broken: refuse to start
+            self.engine_problem = f"translation engine failed to load its built-in rules ({type(exc).__name__}: {exc})"
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def on_startup(self, app: web.Application) -> None:
+        await self.transport.start()
+        if self.demo:
+            await self._start_demo_upstreams()
+
+    async def on_cleanup(self, app: web.Application) -> None:
+        await self.transport.close()
+        if self._mock_runner is not None:
+            await self._mock_runner.cleanup()
+
+    async def _start_demo_upstreams(self) -> None:
+        from proxai.mock import MockUpstream
+
+        mock = MockUpstream()
+        runner = web.AppRunner(mock.app, handle_signals=False, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self._mock_runner = runner
+        port = runner.addresses[0][1]
+        self.config = demo_config(f"http://127.0.0.1:{port}", self.config.server)
+        self.router = Router(self.config)
+
+    # --- request handling ------------------------------------------------------------
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        info: dict[str, Any] = request[INFO_KEY]
+        protocol = PATHS[request.path]
+        self._authorize(request)
+        server = self.config.server
+        if self.active >= server.max_concurrent_requests:
+            raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
+        self.active += 1
+        try:
+            return await self._proxy(request, protocol, info)
+        finally:
+            self.active -= 1
+
+    def _authorize(self, request: web.Request) -> None:
+        keys = self.config.server.api_keys
+        if not keys:
+            return
+        presented = request.headers.get("x-api-key")
+        auth = request.headers.get("Authorization", "")
+        if presented is None and auth[:7].lower() == "bearer ":
+            presented = auth[7:].strip()
+        ok = False
+        if presented:
+            candidate = presented.encode()
+            for key in keys:  # compare against every key so timing says nothing about which matched
+                ok |= hmac.compare_digest(candidate, key.encode())
+        if not ok:
+            raise E.Unauthorized("missing or invalid API key for this proxy")
+
+    async def _proxy(self, request: web.Request, protocol: str, info: dict[str, Any]) -> web.StreamResponse:
+        limit = self.config.server.max_request_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes") from None
+        if len(raw) > limit:
+            raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
+        body = parse_body(raw)
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise E.InvalidRequest("model is required and must be a non-empty string", param="model")
+        stream = body.get("stream", False)
+        if stream is not None and not isinstance(stream, bool):
+            raise E.InvalidRequest("stream must be a boolean", param="stream")
+        stream = bool(stream)
+        info.update(model=model, stream=stream)
+        assert self.router is not None
+        match = self.router.resolve(model, protocol)
+        provider = match.provider
+        info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
+                    upstream_model=match.upstream_model)
+        if provider.protocol == protocol:
+            if match.upstream_model != model:
+                body["model"] = match.upstream_model
+                raw = dump_json(body)
+            return await self._passthrough(request, protocol, provider, raw, stream, info)
+        return await self._translate(request, protocol, match, body, stream, info)
+
+    async def _passthrough(
+        self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict
+    ) -> web.StreamResponse:
+        upstream = await self.transport.send(provider, raw, request.headers, stream)
+        try:
+            await self._raise_for_status(upstream, provider)
+            if not _is_event_stream(upstream):
+                if stream:
+                    raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
+                data = await read_body(upstream, provider)
+                return _json_response(upstream.status, data, upstream.headers, info)
+        except BaseException:
+            upstream.close()
+            raise
+        if not stream:
+            upstream.close()
+            raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
+        relay = StreamRelay(
+            upstream,
+            PassthroughWatch(protocol),
+            raw=True,
+            idle_timeout=provider.read_idle_timeout_secs,
+            tool_call_timeout=self.config.tool_call_timeout_secs,
+            provider_name=provider.name,
+        )
+        return await self._stream(request, relay, upstream, info)
+
+    async def _stream(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
+        try:
+            await relay.prime()
+        except BaseException:
+            upstream.close()
+            raise
+        response = web.StreamResponse(status=200)
+        response.headers["Content-Type"] = SSE_CONTENT_TYPE
+        response.headers["Cache-Control"] = "no-cache"
+        response.headers.update(E.preserved_headers(upstream.headers))
+        response.headers[REQUEST_ID_HEADER] = info["request_id"]
+        info["status"] = 200
+        info["outcome"] = "open"
+        try:
+            await response.prepare(request)
+        except BaseException:
+            upstream.close()
+            raise
+        info["outcome"] = "client_disconnected"  # unless run() finishes
+        info["outcome"] = await relay.run(response)
+        if info["outcome"] != "client_disconnected":
+            try:
+                await response.write_eof()
+            except (ConnectionResetError, aiohttp.ClientConnectionResetError):
+                info["outcome"] = "client_disconnected"
+        return response
+
+    async def _raise_for_status(self, upstream: aiohttp.ClientResponse, provider: ProviderConfig) -> None:
+        if 200 <= upstream.status < 300:
+            return
+        data = await read_body(upstream, provider, limit=64 * 1024)
+        raise E.upstream_error(provider.protocol, upstream.status, data, upstream.headers)
+
+    # --- translation -------------------------------------------------------------------
+
+    async def _translate(
+        self, request: web.Request, protocol: str, match: RouteMatch, body: dict, stream: bool, info: dict
+    ) -> web.StreamResponse:
+        if self.engine is None:
+            raise E.TranslationUnavailable(
+                f"translation from {protocol} to {match.provider.protocol} is not available on this server"
+            )
+        import engine
+
+        provider = match.provider
+        ctx = engine.Context(
+            client_protocol=protocol,
+            provider_protocol=provider.protocol,
+            provider_name=provider.name,
+            upstream_model=match.upstream_model,
+            client_body=body,
+            continuation_enabled=self.config.continuation_enabled,
+            continuation_secret=self.config.continuation_secret,
+            max_tokens_default=provider.max_tokens_default,
+            drop_sampling=provider.drop_sampling,
+        )
+        try:
+            out_body = self.engine.translate_request(ctx, body)
+        except engine.InvalidRequest as exc:
+            raise E.InvalidRequest(getattr(exc, "message", None) or str(exc), param=getattr(exc, "param", None)) from None
+        upstream = await self.transport.send(provider, dump_json(out_body), request.headers, stream)
+        try:
+            await self._raise_for_status(upstream, provider)
+            if not stream:
+                if _is_event_stream(upstream):
+                    raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
+                data = await read_body(upstream, provider)
+                try:
+                    upstream_body = orjson.loads(data)
+                except orjson.JSONDecodeError:
+                    raise E.UpstreamProtocolError(f"provider {provider.name!r} answered with a body that is not JSON") from None
+                try:
+                    client_body = self.engine.translate_response(ctx, upstream_body)
+                except engine.UpstreamProtocolError as exc:
+                    raise E.UpstreamProtocolError(getattr(exc, "message", None) or str(exc)) from None
+                return _json_response(200, dump_json(client_body), upstream.headers, info)
+            if not _is_event_stream(upstream):
+                raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
+        except BaseException:
+            upstream.close()
+            raise
+        relay = StreamRelay(
+            upstream,
+            self.engine.open_stream(ctx),
+            raw=False,
+            idle_timeout=provider.read_idle_timeout_secs,
+            tool_call_timeout=self.config.tool_call_timeout_secs,
+            provider_name=provider.name,
+        )
+        return await self._stream(request, relay, upstream, info)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok", "mode": "demo" if self.demo else "config"})
+
+
+# --- helpers ---------------------------------------------------------------------------
+
+
+def parse_body(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise E.InvalidRequest("request body is empty; expected a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        try:  # orjson rejects integers beyond 64 bits, which are still valid JSON
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+            raise E.InvalidRequest(f"request body is not valid JSON{where}") from None
+    if not isinstance(body, dict):
+        raise E.InvalidRequest("request body must be a JSON object")
+    return body
+
+
+def dump_json(body: Any) -> bytes:
+    try:
+        return orjson.dumps(body)
+    except TypeError:  # integers beyond 64 bits
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _is_event_stream(resp: aiohttp.ClientResponse) -> bool:
+    return resp.headers.get("Content-Type", "").lower().startswith("text/event-stream")
+
+
+def _json_response(status: int, data: bytes, upstream_headers, info: dict) -> web.Response:
+    response = web.Response(status=status, body=data)
+    response.headers["Content-Type"] = "application/json"
+    response.headers.update(E.preserved_headers(upstream_headers))
+    response.headers[REQUEST_ID_HEADER] = info["request_id"]
+    info["status"] = status
+    return response
+
+
+@web.middleware
+async def _middleware(request: web.Request, handler) -> web.StreamResponse:
+    started = time.monotonic()
+    request_id = "req_" + secrets.token_hex(12)
+    protocol = protocol_for_path(request.path)
+    info: dict[str, Any] = {"request_id": request_id, "method": request.method, "path": request.path}
+    if request.path in PATHS:
+        info["client_protocol"] = protocol
+    request[INFO_KEY] = info
+    response: web.StreamResponse | None = None
+    try:
+        response = await handler(request)
+        return response
+    except E.ProxyError as err:
+        response = _error_response(protocol, err, info)
+        return response
+    except web.HTTPException as exc:
+        if exc.status == 404:
+            err: E.ProxyError = E.NotFound(f"no endpoint at {request.path}; serving {', '.join('POST ' + p for p in PATHS)}")
+        elif exc.status == 405:
+            err = E.MethodNotAllowed(f"method {request.method} is not allowed on {request.path}; use POST")
+        elif exc.status == 413:
+            err = E.RequestTooLarge("request body is too large")
+        else:
+            err = E.ProxyError(exc.reason or "error", status=exc.status)
+        response = _error_response(protocol, err, info)
+        if exc.status == 405:
+            response.headers["Allow"] = "POST"
+        return response
+    except Exception as exc:
+        # No message: it might quote request content. Type and location suffice to find the bug.
+        tb = "".join(traceback.format_tb(exc.__traceback__))
+        log.error("internal error %s in request %s\n%s", type(exc).__name__, request_id, tb)
+        response = _error_response(protocol, E.InternalError("internal error in the proxy"), info)
+        info["error"] = type(exc).__name__
+        return response
+    finally:
+        if request.path != "/healthz":
+            if response is None:  # cancelled: the client went away
+                info.setdefault("outcome", "client_disconnected")
+                info.setdefault("status", 499)
+            elif "status" not in info:
+                info["status"] = response.status
+            info["duration_ms"] = round((time.monotonic() - started) * 1000, 1)
+            log_request(**info)
+
+
+def _error_response(protocol: str, err: E.ProxyError, info: dict) -> web.Response:
+    status, headers, body = E.render_http(protocol, err)
+    response = web.Response(status=status, body=body)
+    for name, value in headers.items():
+        response.headers[name] = value
+    response.headers[REQUEST_ID_HEADER] = info["request_id"]
+    info["status"] = status
+    info["error"] = err.kind
+    return response
+
+
+def build_app(config: Config | None = None, *, server: ServerConfig | None = None) -> web.Application:
+    """The proxy application. With no config: demo mode, built-in mock upstreams
+    (`server` then gives the server settings)."""
+    demo = config is None
+    if config is None:
+        config = demo_config("http://127.0.0.1:0", server)
+    proxy = Proxy(config, demo=demo)
+    app = web.Application(middlewares=[_middleware], client_max_size=config.server.max_request_body_bytes)
+    app[PROXY_KEY] = proxy
+    for path in PATHS:
+        app.router.add_post(path, proxy.handle)
+    app.router.add_get("/healthz", proxy.healthz)
+    app.on_startup.append(proxy.on_startup)
+    app.on_cleanup.append(proxy.on_cleanup)
+    return app
+
+
+def make_runner(app: web.Application) -> web.AppRunner:
+    # handler_cancellation: a client that disconnects cancels its handler, and so the upstream request.
+    return web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
+
+
+def demo_config(mock_url: str, server: ServerConfig | None = None) -> Config:
+    """Demo mode: one mock provider per protocol. The model prefix picks the provider,
+    so `anthropic/x` through /v1/chat/completions exercises a translation."""
+    providers = {
+        "demo-chat": ProviderConfig("demo-chat", CHAT, mock_url + "/v1", "demo-key"),
+        "demo-responses": ProviderConfig("demo-responses", RESPONSES, mock_url + "/v1", "demo-key"),
+        "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key"),
+    }
+    routes = tuple(
+        RouteConfig(name=f"demo-{prefix}", model_pattern=f"^{prefix}/(.+)$", provider=name, match_kind="regex", upstream_model="$1")
+        for prefix, name in (("chat", "demo-chat"), ("responses", "demo-responses"), ("anthropic", "demo-anthropic"))
+    )
+    return Config(
+        providers=providers,
+        server=server or ServerConfig(),
+        default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic"},
+        routes=routes,
+        tool_call_timeout_secs=120.0,
+    )
+
+
+def with_server(config: Config, host: str | None = None, port: int | None = None) -> Config:
+    server = config.server
+    if host is not None:
+        server = dataclasses.replace(server, host=host)
+    if port is not None:
+        server = dataclasses.replace(server, port=port)
+    return dataclasses.replace(config, server=server)

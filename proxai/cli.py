@@ -1,0 +1,182 @@
+"""The `proxai` command: serve, check-config, lint.
+
+Each subcommand is one `add_parser` call in `_parser()` plus a `_cmd_*`
+function returning the exit code, so more commands slot in the same way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import signal
+import sys
+from typing import Sequence
+
+from proxai import __version__
+from proxai.config import DEFAULT_HOST, DEFAULT_PORT
+from proxai.errors import ConfigError
+
+log = logging.getLogger("proxai")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if not getattr(args, "command", None):
+        _parser().print_help(sys.stderr)
+        return 2
+    return args.func(args)
+
+
+def serve_main(argv: Sequence[str]) -> int:
+    """`python server.py ...`: the serve subcommand without its name."""
+    parser = argparse.ArgumentParser(prog="server.py", description="Run the ProxAI server.")
+    _add_serve_args(parser)
+    return _cmd_serve(parser.parse_args(argv))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="proxai", description="ProxAI: translate between LLM API protocols.")
+    parser.add_argument("--version", action="version", version=f"proxai {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    serve = sub.add_parser("serve", help="run the proxy server (demo mode without --config)")
+    _add_serve_args(serve)
+    serve.set_defaults(func=_cmd_serve)
+
+    check = sub.add_parser("check-config", help="validate a config file; prints the path of each problem")
+    check.add_argument("file", metavar="FILE")
+    check.set_defaults(func=_cmd_check_config)
+
+    lint = sub.add_parser("lint", help="validate rule files; prints file:line for each problem")
+    lint.add_argument("dirs", nargs="*", metavar="RULES_DIR")
+    lint.set_defaults(func=_cmd_lint)
+    return parser
+
+
+def _add_serve_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="config file (YAML); without it: demo mode with built-in mock upstreams")
+    parser.add_argument("--host", help=f"address to bind (default: server.host, else {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, help=f"port to bind (default: server.port, else {DEFAULT_PORT}; 0 = any free port)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="overrides logging.level")
+
+
+# --- serve ---------------------------------------------------------------------------
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from proxai import logs
+    from proxai.app import build_app, demo_config, with_server
+    from proxai.config import load_file
+
+    if args.config:
+        try:
+            config = load_file(args.config)
+        except ConfigError as exc:
+            _print_problems(args.config, exc)
+            return 1
+    else:
+        config = demo_config("http://127.0.0.1:0")
+    config = with_server(config, args.host, args.port)
+    logs.setup(args.log_level or config.log_level, config.log_format)
+    try:
+        app = build_app(config if args.config else None, server=config.server)
+    except Exception as exc:  # the user's override rules failed to load
+        print(f"proxai: cannot start: {exc}", file=sys.stderr)
+        return 1
+    try:
+        return asyncio.run(_serve(app, config.server.host, config.server.port, args.config))
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(app, host: str, port: int, config_file: str | None) -> int:
+    from proxai.app import PROXY_KEY, make_runner
+
+    runner = make_runner(app)
+    await runner.setup()
+    try:
+        from aiohttp import web
+
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            print(f"proxai: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+            return 1
+        bound_host, bound_port = runner.addresses[0][:2]
+        url = f"http://{_url_host(bound_host)}:{bound_port}"
+        proxy = app[PROXY_KEY]
+        if config_file:
+            log.info("ProxAI %s serving config file %s on %s", __version__, config_file, url)
+        else:
+            log.info("ProxAI %s serving demo mode (built-in mock upstreams, no API keys needed) on %s", __version__, url)
+        if proxy.engine_problem:
+            log.warning("%s; requests that need translation get 501", proxy.engine_problem)
+        if not proxy.config.server.api_keys and not _is_loopback(host):
+            log.warning(
+                "listening on non-loopback address %s without server.api_keys: anyone who can reach it can use your providers",
+                host,
+            )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        await stop.wait()
+        log.info("shutting down")
+        return 0
+    finally:
+        await runner.cleanup()
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+# --- check-config --------------------------------------------------------------------------
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    from proxai.config import load_file
+
+    try:
+        config = load_file(args.file)
+    except ConfigError as exc:
+        _print_problems(args.file, exc)
+        return 1
+    print(f"{args.file}: ok ({len(config.providers)} providers, {len(config.routes)} routes)")
+    return 0
+
+
+def _print_problems(file: str, exc: ConfigError) -> None:
+    for path, message in exc.problems:
+        print(f"{file}: {path}: {message}" if path else f"{file}: {message}", file=sys.stderr)
+
+
+# --- lint --------------------------------------------------------------------------------------
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    try:
+        from engine.lint import main as lint_main
+    except ImportError as exc:
+        print(f"proxai lint: the rules linter is not available ({exc})", file=sys.stderr)
+        return 2
+    return int(lint_main(list(args.dirs)) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

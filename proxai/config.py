@@ -1,0 +1,315 @@
+"""The config file: YAML, `${ENV}` expansion, schema validation, defaults.
+
+Every problem is reported with its dotted path (`providers.ant.protocol`), all
+problems at once, as a ConfigError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import jsonschema
+import yaml
+
+from proxai.errors import ANTHROPIC, ConfigError
+
+SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.json"
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 18080
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_request_body_bytes: int = 52428800
+    max_concurrent_requests: int = 64
+    api_keys: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderConfig:
+    name: str
+    protocol: str
+    base_url: str
+    api_key: str
+    read_idle_timeout_secs: float = 120.0
+    max_tokens_default: int | None = None
+    anthropic_version: str = "2023-06-01"
+    auth: str = "x-api-key"
+    drop_sampling: bool = False
+
+    def __repr__(self) -> str:  # never show the key
+        return f"ProviderConfig(name={self.name!r}, protocol={self.protocol!r}, base_url={self.base_url!r})"
+
+
+@dataclass(frozen=True)
+class RouteConfig:
+    name: str
+    model_pattern: str
+    provider: str
+    match_kind: str = "auto"
+    upstream_model: str | None = None
+    request_protocol: str | None = None
+
+
+@dataclass(frozen=True)
+class Config:
+    providers: dict[str, ProviderConfig]
+    server: ServerConfig = field(default_factory=ServerConfig)
+    default_providers: dict[str, str] = field(default_factory=dict)
+    routes: tuple[RouteConfig, ...] = ()
+    tool_call_timeout_secs: float = 120.0
+    continuation_enabled: bool = True
+    continuation_secret: str | None = None
+    rules_dir: str | None = None
+    capture: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(CAPTURE_PHASES, False))
+    log_level: str = "info"
+    log_format: str = "human"
+    source: str | None = None  # the file it came from; None in demo mode
+
+
+CAPTURE_PHASES = ("inbound_request", "provider_request", "upstream_response", "outbound_response")
+
+
+@functools.lru_cache(maxsize=1)
+def schema() -> dict[str, Any]:
+    import json
+
+    return json.loads(SCHEMA_FILE.read_text(encoding="utf-8"))
+
+
+def load_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError([("", f"cannot read config file {p}: {exc.strerror or exc}")]) from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise ConfigError([("", f"{p}: {problem}{where}")]) from None
+    cfg = load_dict({} if doc is None else doc, env)
+    rules_dir = cfg.rules_dir
+    if rules_dir and not Path(rules_dir).is_absolute():
+        rules_dir = str(p.parent / rules_dir)  # relative to the config file, not the working directory
+    return dataclasses.replace(cfg, source=str(p), rules_dir=rules_dir)
+
+
+def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
+    """Validate a parsed config document and build a Config (raises ConfigError)."""
+    env = os.environ if env is None else env
+    problems: list[tuple[str, str]] = []
+    if not isinstance(doc, dict):
+        raise ConfigError([("", "the config file must be a mapping at the top level")])
+    substituted: set[tuple[Any, ...]] = set()
+    doc = _expand(doc, (), env, problems, substituted)
+    if problems:
+        raise ConfigError(problems)
+    _coerce_env_scalars(doc, substituted)
+    validator = jsonschema.Draft202012Validator(schema())
+    for err in sorted(validator.iter_errors(doc), key=lambda e: [str(x) for x in e.absolute_path]):
+        problems.extend(_describe(err))
+    if problems:
+        raise ConfigError(_dedupe(problems))
+    cfg = _build(doc)
+    _check_semantics(cfg, problems)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+# --- ${ENV} expansion ---------------------------------------------------------
+
+# Only identifier names: `${1}` stays literal for regex routes' upstream_model.
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _expand(node: Any, path: tuple[Any, ...], env: Mapping[str, str], problems: list, substituted: set) -> Any:
+    if isinstance(node, dict):
+        return {k: _expand(v, path + (k,), env, problems, substituted) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_expand(v, path + (i,), env, problems, substituted) for i, v in enumerate(node)]
+    if isinstance(node, str) and "${" in node and _ENV_REF.search(node):
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in env:
+                problems.append((dotted(path), f"environment variable {name} is not set"))
+                return ""
+            return env[name]
+
+        whole = _ENV_REF.fullmatch(node) is not None
+        value = _ENV_REF.sub(sub, node)
+        if whole:
+            substituted.add(path)
+        return value
+    return node
+
+
+def _coerce_env_scalars(doc: dict, paths: set[tuple[Any, ...]]) -> None:
+    """`port: ${PORT}` gives a string; convert it where the schema wants a number or boolean."""
+    for path in paths:
+        wanted = _schema_type_at(path)
+        parent: Any = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        value = parent[path[-1]]
+        if wanted == "integer" and re.fullmatch(r"-?\d+", value.strip()):
+            parent[path[-1]] = int(value)
+        elif wanted == "number" and re.fullmatch(r"-?\d+(\.\d*)?([eE][-+]?\d+)?", value.strip()):
+            parent[path[-1]] = float(value) if any(c in value for c in ".eE") else int(value)
+        elif wanted == "boolean" and value.strip().lower() in ("true", "false"):
+            parent[path[-1]] = value.strip().lower() == "true"
+
+
+def _schema_type_at(path: tuple[Any, ...]) -> str | None:
+    root = schema()
+    node: Any = root
+    for key in path:
+        if isinstance(node, dict) and "$ref" in node:
+            node = root["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+        if not isinstance(node, dict):
+            return None
+        if isinstance(key, int):
+            node = node.get("items")
+        elif key in node.get("properties", {}):
+            node = node["properties"][key]
+        else:
+            node = node.get("additionalProperties")
+    if isinstance(node, dict) and "$ref" in node:
+        node = root["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    return node.get("type") if isinstance(node, dict) else None
+
+
+# --- validation messages --------------------------------------------------------
+
+
+def dotted(path: tuple[Any, ...] | list[Any]) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def _describe(err: jsonschema.ValidationError) -> list[tuple[str, str]]:
+    path = list(err.absolute_path)
+    if err.validator == "additionalProperties" and isinstance(err.instance, dict):
+        allowed = set(err.schema.get("properties", {}))
+        extra = [k for k in err.instance if k not in allowed]
+        return [(dotted(path + [k]), "unknown key") for k in extra]
+    if err.validator == "required":
+        missing = re.findall(r"'([^']+)' is a required property", err.message)
+        return [(dotted(path + [m]), "required key is missing") for m in missing] or [(dotted(path), err.message)]
+    if err.validator == "enum":
+        options = ", ".join(str(o) for o in err.validator_value)
+        return [(dotted(path), f"must be one of: {options} (got {err.instance!r})")]
+    if err.validator == "type":
+        return [(dotted(path), f"must be of type {err.validator_value} (got {type(err.instance).__name__})")]
+    if err.validator == "propertyNames":
+        return [(dotted(path + [err.instance]), "invalid name (letters, digits, _ . - only)")]
+    if err.validator == "pattern" and path and path[-1] == "base_url":
+        return [(dotted(path), "must be an http:// or https:// URL")]
+    if err.validator == "minProperties":
+        return [(dotted(path), "must not be empty")]
+    message = err.message
+    # Never echo a secret value back into an error message.
+    if path and path[-1] in ("api_key", "secret") or (len(path) >= 2 and path[-2] == "api_keys"):
+        message = f"invalid value ({err.validator})"
+    return [(dotted(path), message)]
+
+
+def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for p in problems:
+        if p not in seen:
+            seen.add(p)
+            out.append(p)
+    return out
+
+
+# --- building -----------------------------------------------------------------------
+
+
+def _build(doc: dict[str, Any]) -> Config:
+    server = doc.get("server", {})
+    providers = {
+        name: ProviderConfig(name=name, **{k: v for k, v in p.items()})
+        for name, p in doc.get("providers", {}).items()
+    }
+    routing = doc.get("routing", {})
+    routes = tuple(
+        RouteConfig(
+            name=r.get("name", f"routes[{i}]"),
+            model_pattern=r["model_pattern"],
+            provider=r["provider"],
+            match_kind=r.get("match_kind", "auto"),
+            upstream_model=r.get("upstream_model"),
+            request_protocol=r.get("request_protocol"),
+        )
+        for i, r in enumerate(routing.get("routes", []))
+    )
+    capture = dict.fromkeys(CAPTURE_PHASES, False)
+    capture.update(doc.get("capture", {}))
+    return Config(
+        providers=providers,
+        server=ServerConfig(
+            host=server.get("host", DEFAULT_HOST),
+            port=server.get("port", DEFAULT_PORT),
+            max_request_body_bytes=server.get("max_request_body_bytes", 52428800),
+            max_concurrent_requests=server.get("max_concurrent_requests", 64),
+            api_keys=tuple(server.get("api_keys", ())),
+        ),
+        default_providers=dict(routing.get("default_providers", {})),
+        routes=routes,
+        tool_call_timeout_secs=doc.get("tool_calls", {}).get("timeout_secs", 120.0),
+        continuation_enabled=doc.get("continuation", {}).get("enabled", True),
+        continuation_secret=doc.get("continuation", {}).get("secret"),
+        rules_dir=doc.get("rules_dir"),
+        capture=capture,
+        log_level=doc.get("logging", {}).get("level", "info"),
+        log_format=doc.get("logging", {}).get("format", "human"),
+    )
+
+
+_ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling")
+
+
+def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
+    from proxai.routing import compile_route
+
+    for name, p in cfg.providers.items():
+        if p.protocol != ANTHROPIC:
+            for key in _ANTHROPIC_ONLY:
+                if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
+                    problems.append((f"providers.{name}.{key}", "only valid for anthropic_messages providers"))
+    for protocol, provider in cfg.default_providers.items():
+        if provider not in cfg.providers:
+            problems.append((f"routing.default_providers.{protocol}", f"unknown provider {provider!r}"))
+    names: dict[str, int] = {}
+    for i, route in enumerate(cfg.routes):
+        base = f"routing.routes[{i}]"
+        if route.provider not in cfg.providers:
+            problems.append((f"{base}.provider", f"unknown provider {route.provider!r}"))
+        if route.name in names:
+            problems.append((f"{base}.name", f"duplicate route name {route.name!r} (also routes[{names[route.name]}])"))
+        names.setdefault(route.name, i)
+        try:
+            compile_route(route)
+        except ValueError as exc:
+            field_name = "upstream_model" if getattr(exc, "field", None) == "upstream_model" else "model_pattern"
+            problems.append((f"{base}.{field_name}", str(exc)))

@@ -1,0 +1,80 @@
+"""``proxai translate``: run one payload through the same rules the server uses, offline.
+
+    proxai translate --from openai_chat_completions --to anthropic_messages request.json
+    proxai translate --response --from anthropic_messages --to openai_chat_completions message.json
+    proxai translate --stream --from anthropic_messages --to openai_responses recorded.sse
+
+``--from`` is the protocol the file is written in, ``--to`` the one to produce:
+for a request the client's and the provider's, for a response or a stream the
+provider's and the client's.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import engine
+from .sse import SSEParser
+
+PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--from", dest="source", required=True, choices=PROTOCOLS, help="protocol the file is in")
+    parser.add_argument("--to", dest="target", required=True, choices=PROTOCOLS, help="protocol to translate into")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument("--response", action="store_true", help="the file is a non-streaming response body")
+    kind.add_argument("--stream", action="store_true", help="the file is a recorded SSE stream")
+    parser.add_argument("--rules-dir", help="an override rules directory, as `rules_dir` in the config")
+    parser.add_argument("--provider-name", default="provider", help="provider name recorded in continuation envelopes")
+    parser.add_argument("--client-request", help="(responses/streams) the client's request JSON, for echoed fields and include_usage")
+    parser.add_argument("file", help="the JSON body or SSE file ('-' for standard input)")
+
+
+def run(args: argparse.Namespace, out=None) -> int:
+    out = out or sys.stdout
+    raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    try:
+        eng = engine.Engine.load(args.rules_dir)
+    except engine.RuleError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    request_side = not (args.response or args.stream)
+    client, provider = (args.source, args.target) if request_side else (args.target, args.source)
+    client_body = json.loads(Path(args.client_request).read_text()) if args.client_request else None
+    ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=args.provider_name,
+                         client_body=client_body)
+    try:
+        if args.stream:
+            if client == provider:
+                out.write(raw.decode("utf-8", "replace"))
+                return 0
+            translator = eng.open_stream(ctx)
+            parser = SSEParser()
+            for event in parser.feed(raw):
+                for chunk in translator.feed(event):
+                    out.write(chunk.decode())
+            for chunk in translator.eof():
+                out.write(chunk.decode())
+        else:
+            body = json.loads(raw)
+            if client == provider:
+                result = body
+            elif request_side:
+                result = eng.translate_request(ctx, body)
+            else:
+                result = eng.translate_response(ctx, body)
+            out.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    except (ValueError, UnicodeDecodeError) as err:
+        print(f"error: {args.file} is not valid JSON: {err}", file=sys.stderr)
+        return 2
+    except engine.TranslationError as err:
+        where = f" (at {err.param})" if err.param else ""
+        rule = f" [rule {err.rule}]" if err.rule else ""
+        print(f"error: {err.message}{where}{rule}", file=sys.stderr)
+        return 1
+    for line in ctx.traces:
+        print(f"trace: {line}", file=sys.stderr)
+    return 0

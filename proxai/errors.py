@@ -1,0 +1,329 @@
+"""Errors, and how each reaches a client in its own protocol's native shape.
+
+Exception hierarchy:
+
+* ConfigError - the config file is invalid (startup; never sent to a client).
+* ProxyError - anything answered to a client as an error.
+    + InvalidRequest - 400: body not JSON, wrong types, unrepresentable field.
+        - RoutingError - 400: no route and no default, or a request_protocol guard mismatch.
+    + Unauthorized - 401: inbound auth configured, key missing or wrong.
+    + NotFound - 404: unknown path.
+    + MethodNotAllowed - 405: known path, wrong method.
+    + RequestTooLarge - 413: body over server.max_request_body_bytes.
+    + Overloaded - 503: server.max_concurrent_requests reached.
+    + TranslationUnavailable - 501: the translation engine could not be loaded.
+    + InternalError - 500: a bug; the body never carries internals.
+    + UpstreamFailure - the provider failed us.
+        - UpstreamError - the provider answered non-2xx; its status is kept.
+        - UpstreamUnreachable - 502: connect, DNS or TLS failure.
+        - UpstreamTimeout - 504: nothing read within the idle-read timeout.
+        - UpstreamProtocolError - 502: the provider's answer is malformed.
+        - StreamError - 502: a stream ended before its terminal event, or stalled.
+
+Every ProxyError carries `status`, `message`, and optionally `param`, `code`,
+`error_type` (already in some protocol's vocabulary) and `headers` (upstream
+headers preserved for the client). `render_http` and `render_stream` turn one
+into the bytes a client of a given protocol expects (errors.md, streaming.md §5).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any, Mapping
+
+import orjson
+import yaml
+
+from proxai.sse import encode_event
+
+CHAT = "openai_chat_completions"
+RESPONSES = "openai_responses"
+ANTHROPIC = "anthropic_messages"
+PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC)
+
+TABLES_FILE = Path(__file__).resolve().parent.parent / "rules" / "tables" / "errors.yaml"
+
+
+class ConfigError(Exception):
+    """An invalid config file. `problems` lists (path, message); the path is dotted."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in problems))
+
+
+class ProxyError(Exception):
+    status = 500
+    kind = "internal"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        param: str | None = None,
+        code: str | None = None,
+        error_type: str | None = None,
+        type_family: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+        self.param = param
+        self.code = code
+        # error_type is only reused for a client of the same family (openai/anthropic).
+        self.error_type = error_type
+        self.type_family = type_family
+        self.headers = dict(headers or {})
+
+
+class InvalidRequest(ProxyError):
+    status = 400
+    kind = "invalid_request"
+
+
+class RoutingError(InvalidRequest):
+    kind = "routing"
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    kind = "unauthorized"
+
+
+class NotFound(ProxyError):
+    status = 404
+    kind = "not_found"
+
+
+class MethodNotAllowed(ProxyError):
+    status = 405
+    kind = "not_found"
+
+
+class RequestTooLarge(ProxyError):
+    status = 413
+    kind = "too_large"
+
+
+class Overloaded(ProxyError):
+    status = 503
+    kind = "overloaded"
+
+
+class TranslationUnavailable(ProxyError):
+    status = 501
+    kind = "internal"
+
+
+class InternalError(ProxyError):
+    status = 500
+    kind = "internal"
+
+
+class UpstreamFailure(ProxyError):
+    status = 502
+    kind = "upstream"
+
+
+class UpstreamError(UpstreamFailure):
+    kind = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamFailure):
+    status = 502
+    kind = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamFailure):
+    status = 504
+    kind = "upstream_timeout"
+
+
+class UpstreamProtocolError(UpstreamFailure):
+    status = 502
+    kind = "upstream_protocol"
+
+
+class StreamError(UpstreamFailure):
+    status = 502
+    kind = "stream_error"
+
+
+# --- vocabularies -----------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=None)
+def _tables() -> dict[str, tuple[dict[int, str], str | None]]:
+    doc = yaml.safe_load(TABLES_FILE.read_text(encoding="utf-8"))
+    return {t["name"]: ({int(k): v for k, v in t["map"].items()}, t.get("default")) for t in doc["tables"]}
+
+
+def _lookup(table: str, status: int) -> str:
+    mapping, default = _tables()[table]
+    return mapping.get(status, default)
+
+
+def family(protocol: str) -> str:
+    return "anthropic" if protocol == ANTHROPIC else "openai"
+
+
+def error_type_for(protocol: str, err: ProxyError) -> str:
+    if err.error_type and err.type_family == family(protocol):
+        return err.error_type
+    if protocol == ANTHROPIC:
+        return _lookup("http_status->anthropic_messages.error_type", err.status)
+    return _lookup("http_status->openai.error_type", err.status)
+
+
+def responses_error_code(status: int) -> str:
+    return _lookup("http_status->openai_responses.error_code", status)
+
+
+# --- native shapes ----------------------------------------------------------
+
+
+def error_body(protocol: str, err: ProxyError) -> dict[str, Any]:
+    if protocol == ANTHROPIC:
+        return {"type": "error", "error": {"type": error_type_for(protocol, err), "message": err.message}, "status": err.status}
+    return {
+        "error": {
+            "message": err.message,
+            "type": error_type_for(protocol, err),
+            "param": err.param,
+            "code": err.code,
+            "status": err.status,
+        }
+    }
+
+
+def render_http(protocol: str, err: ProxyError) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of an HTTP error answer for a client of `protocol`."""
+    headers = dict(err.headers)
+    headers["Content-Type"] = "application/json"
+    return err.status, headers, orjson.dumps(error_body(protocol, err))
+
+
+def render_stream(
+    protocol: str,
+    err: ProxyError,
+    *,
+    sequence_number: int = 0,
+    response: Mapping[str, Any] | None = None,
+) -> bytes:
+    """The in-stream error for a client of `protocol` after 200 was sent (streaming.md §5).
+
+    For Responses clients `sequence_number` is the next unused number and
+    `response` the last known snapshot (or None); the output is an `error`
+    event followed by `response.failed`.
+    """
+    if protocol == ANTHROPIC:
+        return encode_event(orjson.dumps(error_body(protocol, err)), "error")
+    if protocol == CHAT:
+        return encode_event(orjson.dumps(error_body(protocol, err)))
+    error_event = {
+        "type": "error",
+        "code": err.code,
+        "message": err.message,
+        "param": err.param,
+        "sequence_number": sequence_number,
+    }
+    failed = {
+        "type": "response.failed",
+        "sequence_number": sequence_number + 1,
+        "response": failed_snapshot(response, responses_error_code(err.status), err.message),
+    }
+    return encode_event(orjson.dumps(error_event), "error") + encode_event(orjson.dumps(failed), "response.failed")
+
+
+def failed_snapshot(response: Mapping[str, Any] | None, code: str, message: str) -> dict[str, Any]:
+    """A valid Responses snapshot with status failed, built over the last known one."""
+    import time
+
+    snapshot: dict[str, Any] = {
+        "id": "resp_failed",
+        "object": "response",
+        "created_at": time.time(),
+        "model": "",
+        "output": [],
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": None,
+        "incomplete_details": None,
+    }
+    if response:
+        snapshot.update(response)
+    snapshot["status"] = "failed"
+    snapshot["error"] = {"code": code, "message": message}
+    return snapshot
+
+
+# --- upstream errors ----------------------------------------------------------
+
+_PRESERVED_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-request-id", "request-id"})
+_PRESERVED_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
+
+
+def preserved_headers(headers: Mapping[str, str]) -> dict[str, str]:
+    """The upstream headers a client may see: retry hints, request ids, rate limits."""
+    kept: dict[str, str] = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        if lower in _PRESERVED_HEADERS or lower.startswith(_PRESERVED_PREFIXES):
+            kept[lower] = value
+    return kept
+
+
+_WS = re.compile(r"\s+")
+
+
+def _summary(raw: bytes, status: int) -> str:
+    text = raw.decode("utf-8", "replace").strip()
+    if not text:
+        return f"upstream returned HTTP {status} with an empty body"
+    if text.startswith("<"):
+        return f"upstream returned HTTP {status} with a non-JSON body ({len(raw)} bytes)"
+    text = _WS.sub(" ", text)
+    if len(text) > 200:
+        text = text[:200] + "..."
+    return f"upstream returned HTTP {status}: {text}"
+
+
+def upstream_error(
+    provider_protocol: str, status: int, raw: bytes, headers: Mapping[str, str]
+) -> UpstreamError:
+    """Map a provider's non-2xx answer: keep status, message, and code/param only when sent."""
+    message = code = param = err_type = None
+    try:
+        body = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        body = None
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            message = err.get("message")
+            err_type = err.get("type")
+            code = err.get("code")
+            param = err.get("param")
+        elif isinstance(err, str):
+            message = err
+        elif isinstance(body.get("message"), str):
+            message = body["message"]
+        elif isinstance(body.get("detail"), str):
+            message = body["detail"]
+    if not isinstance(message, str) or not message:
+        message = _summary(raw, status)
+    return UpstreamError(
+        message,
+        status=status,
+        code=code if isinstance(code, (str, int)) else None,
+        param=param if isinstance(param, str) else None,
+        error_type=err_type if isinstance(err_type, str) else None,
+        type_family=family(provider_protocol),
+        headers=preserved_headers(headers),
+    )

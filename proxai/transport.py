@@ -1,0 +1,109 @@
+"""Talking to providers: one pooled client session, provider auth, URL joins, idle-read timeouts."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Mapping
+
+import aiohttp
+
+from proxai.config import ProviderConfig
+from proxai.errors import ANTHROPIC, CHAT, RESPONSES, UpstreamTimeout, UpstreamUnreachable
+
+USER_AGENT = "proxai/0.1"
+
+_PATHS = {CHAT: "/chat/completions", RESPONSES: "/responses", ANTHROPIC: "/v1/messages"}
+
+
+def upstream_url(provider: ProviderConfig) -> str:
+    """OpenAI base URLs end in /v1 (SDK convention); Anthropic ones do not."""
+    return provider.base_url.rstrip("/") + _PATHS[provider.protocol]
+
+
+def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str], stream: bool) -> dict[str, str]:
+    """Headers for the provider. Only the provider's key goes upstream, never the client's."""
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "text/event-stream" if stream else "application/json",
+        "User-Agent": USER_AGENT,
+    }
+    if provider.protocol == ANTHROPIC:
+        if provider.auth == "bearer":
+            headers["Authorization"] = f"Bearer {provider.api_key}"
+        else:
+            headers["x-api-key"] = provider.api_key
+        headers["anthropic-version"] = client_headers.get("anthropic-version") or provider.anthropic_version
+        beta = client_headers.getall("anthropic-beta", None) if hasattr(client_headers, "getall") else None
+        if beta is None and client_headers.get("anthropic-beta"):
+            beta = [client_headers["anthropic-beta"]]
+        if beta:
+            headers["anthropic-beta"] = ",".join(beta)
+    else:
+        headers["Authorization"] = f"Bearer {provider.api_key}"
+    return headers
+
+
+class Transport:
+    """The pooled session; created on app startup, closed on cleanup."""
+
+    def __init__(self, pool_size: int = 100):
+        self._pool_size = pool_size
+        self.session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=30)
+        self.session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(total=None),
+            skip_auto_headers=("User-Agent",),
+            trust_env=True,
+        )
+
+    async def close(self) -> None:
+        if self.session is not None:
+            await self.session.close()
+            self.session = None
+
+    async def send(
+        self, provider: ProviderConfig, body: bytes, client_headers: Mapping[str, str], stream: bool
+    ) -> aiohttp.ClientResponse:
+        """POST to the provider and return once its status and headers arrived.
+
+        Connection failures raise UpstreamUnreachable; no answer within the
+        provider's idle-read timeout raises UpstreamTimeout.
+        """
+        assert self.session is not None, "transport not started"
+        idle = provider.read_idle_timeout_secs
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
+        try:
+            return await self.session.post(
+                upstream_url(provider),
+                data=body,
+                headers=provider_headers(provider, client_headers, stream),
+                timeout=timeout,
+            )
+        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+            raise UpstreamTimeout(f"provider {provider.name!r} sent nothing for {idle:g}s") from None
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnreachable(f"cannot reach provider {provider.name!r}: {_describe(exc)}") from None
+
+
+async def read_body(resp: aiohttp.ClientResponse, provider: ProviderConfig, limit: int | None = None) -> bytes:
+    """The whole (non-streamed) upstream body; its sock_read timeout is idle-based."""
+    try:
+        if limit is None:
+            return await resp.read()
+        data = await resp.content.read(limit)
+        return data
+    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        raise UpstreamTimeout(
+            f"provider {provider.name!r} went silent for {provider.read_idle_timeout_secs:g}s"
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise UpstreamUnreachable(f"provider {provider.name!r} dropped the connection: {_describe(exc)}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        return f"connection to {exc.host}:{exc.port} failed ({exc.os_error.strerror or type(exc.os_error).__name__})"
+    return type(exc).__name__
