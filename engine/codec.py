@@ -43,7 +43,24 @@ class Codec:
         out = self.output(scope)
         for hook in self.after:
             out = hook(scope.at(out))
+        if self.kind == "request.encode":
+            _strip_paths(out)
         return out
+
+
+def _strip_paths(value) -> None:
+    """Drop the decoder's ``_path`` annotations from a provider request: an encoder
+    that copies an IR object wholesale must not leak them upstream."""
+    if isinstance(value, dict):
+        if isinstance(value.get("_path"), str):
+            del value["_path"]
+        for item in value.values():
+            if isinstance(item, (dict, list)):
+                _strip_paths(item)
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, (dict, list)):
+                _strip_paths(item)
 
 
 def _hook(compiler: Compiler, name: str, doc):

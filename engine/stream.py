@@ -248,6 +248,12 @@ class StreamTranslator:
             return []
         return self._emit([{"type": "error", "status": status, "error_type": kind, "message": message}])
 
+    def push(self, events: list) -> list[bytes]:
+        """Run IR events through the encoder (for tests and the translate dry-run)."""
+        if self.complete or self.failed:
+            return []
+        return self._emit(events)
+
     def _emit(self, events: list) -> list[bytes]:
         out: list[bytes] = []
         for ev in events:
