@@ -1,0 +1,309 @@
+"""Medians over rounds, proxy/direct ratios, the issue's targets, and the markdown report."""
+
+from __future__ import annotations
+
+import statistics
+
+from bench import micro
+from bench.payloads import PROTOCOLS, SHORT
+
+# The targets of the performance issue (2-core machine, loopback, medians).
+ADDED_P50_MS = 1.0
+CPU_PER_REQUEST_MS = 0.5
+CPU_PER_EVENT_US = 10.0
+ADDED_TTFB_MS = 1.0
+STARTUP_S = 1.0
+MEMORY_GROWTH = 0.05  # "flat": RSS after the last round within 5% of RSS after the first
+
+
+def _get(run: dict, path: str):
+    value = run
+    for key in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+def median_of(runs: list[dict], path: str) -> float | None:
+    values = [v for v in (_get(r, path) for r in runs) if isinstance(v, (int, float))]
+    return statistics.median(values) if values else None
+
+
+def summarize(runs: list[dict]) -> dict:
+    return {
+        "rounds": len(runs),
+        "requests": sum(r.get("requests", 0) for r in runs),
+        "errors": sum(r.get("errors", 0) for r in runs),
+        "first_error": next((r["first_error"] for r in runs if r.get("first_error")), None),
+        "rps": median_of(runs, "rps"),
+        "p50": median_of(runs, "latency_ms.p50"),
+        "p99": median_of(runs, "latency_ms.p99"),
+        "ttfb_p50": median_of(runs, "ttfb_ms.p50"),
+        "ttfb_p99": median_of(runs, "ttfb_ms.p99"),
+        "cpu_ms": median_of(runs, "proxy_cpu_ms_per_req"),
+    }
+
+
+def rows(result: dict) -> list[dict]:
+    """One row per target and concurrency, with its direct floor's numbers alongside."""
+    targets = result.get("targets") or []
+    direct = {}
+    for t in targets:
+        if t["kind"] == "direct":
+            for c, runs in t["runs"].items():
+                direct[(t["client"], t["mode"], c)] = summarize(runs)
+    out = []
+    for t in targets:
+        if t["error"] is not None or not t["runs"]:
+            out.append({**t, "c": None, "s": None, "d": None})
+            continue
+        for c, runs in sorted(t["runs"].items(), key=lambda kv: int(kv[0])):
+            s = summarize(runs)
+            d = direct.get((t["client"], t["mode"], c)) if t["kind"] == "proxy" else None
+            out.append({**t, "c": int(c), "s": s, "d": d})
+    return out
+
+
+def _diff(a, b):
+    return a - b if a is not None and b is not None else None
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def _fmt(v, digits: int = 2, signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.{digits}f}" if signed else f"{v:,.{digits}f}"
+
+
+def _x(v) -> str:
+    return f"{v:.2f}×" if v is not None else "-"
+
+
+def _cell(text: str | None, limit: int = 140) -> str:
+    return (text or "").replace("|", "\\|").replace("\n", " ")[:limit]
+
+
+# --- targets ------------------------------------------------------------------------
+
+
+def _translated(rs: list[dict], mode: str, c: int | None = None) -> list[dict]:
+    return [r for r in rs if r["kind"] == "proxy" and not r["passthrough"] and r["mode"] == mode
+            and r["s"] is not None and (c is None or r["c"] == c)]
+
+
+def _worst(candidates: list[tuple[str, float | None]]):
+    known = [(name, v) for name, v in candidates if v is not None]
+    return max(known, key=lambda kv: kv[1]) if known else (None, None)
+
+
+def _verdict(value, limit) -> str:
+    if value is None:
+        return "not measured"
+    return "met" if value <= limit else "**missed**"
+
+
+def targets(result: dict) -> list[dict]:
+    rs = rows(result)
+    levels = sorted({r["c"] for r in rs if r["c"] is not None})
+    low = levels[0] if levels else None
+    out = []
+
+    name, v = _worst([(r["pair"], _diff(r["s"]["p50"], r["d"] and r["d"]["p50"])) for r in _translated(rs, "json", 1)])
+    out.append({"target": "added p50 latency, translated non-streaming, c=1", "goal": f"<= {ADDED_P50_MS:g} ms over direct",
+                "measured": f"{v:.2f} ms (worst: {name})" if v is not None else "-", "verdict": _verdict(v, ADDED_P50_MS)})
+
+    name, v = _worst([(f"{r['pair']} c={r['c']}", r["s"]["cpu_ms"]) for r in _translated(rs, "json", low)])
+    out.append({"target": f"proxy CPU per translated non-streaming request (c={low})", "goal": f"<= {CPU_PER_REQUEST_MS:g} ms",
+                "measured": f"{v:.3f} ms (worst: {name})" if v is not None else "-", "verdict": _verdict(v, CPU_PER_REQUEST_MS)})
+
+    per_event = []
+    events = result.get("stream_events") or {}
+    json_cpu = {(r["pair"], r["c"]): r["s"]["cpu_ms"] for r in _translated(rs, "json")}
+    for r in _translated(rs, "stream", low):
+        base = json_cpu.get((r["pair"], r["c"]))
+        n = events.get(r["provider"])
+        if base is not None and r["s"]["cpu_ms"] is not None and n:
+            per_event.append((r["pair"], (r["s"]["cpu_ms"] - base) * 1000 / n))
+    name, v = _worst(per_event)
+    micro_worst = _worst([(p["pair"], p.get("stream_us_per_event")) for p in (result.get("micro") or {}).get("pairs", [])
+                          if p["client"] != p["provider"]])
+    text = f"{v:.1f} µs (worst: {name})" if v is not None else "-"
+    if micro_worst[1] is not None:
+        text += f"; engine alone {micro_worst[1]:.1f} µs (worst: {micro_worst[0]})"
+    out.append({"target": "proxy CPU per translated stream event", "goal": f"<= {CPU_PER_EVENT_US:g} µs",
+                "measured": text, "verdict": _verdict(v if v is not None else micro_worst[1], CPU_PER_EVENT_US)})
+
+    name, v = _worst([(r["pair"], _diff(r["s"]["ttfb_p50"], r["d"] and r["d"]["ttfb_p50"])) for r in _translated(rs, "stream", 1)])
+    out.append({"target": "added TTFB, translated stream, c=1", "goal": f"<= {ADDED_TTFB_MS:g} ms over direct",
+                "measured": f"{v:.2f} ms (worst: {name})" if v is not None else "-", "verdict": _verdict(v, ADDED_TTFB_MS)})
+
+    out.append(_passthrough_target(rs, low))
+    out.append(_memory_target(result))
+
+    startup = (result.get("proxy") or {}).get("startup_s")
+    out.append({"target": "startup (spawn to healthy /healthz, config + rules load)", "goal": f"< {STARTUP_S:g} s",
+                "measured": f"{startup:.2f} s" if startup is not None else "-",
+                "verdict": "not measured" if startup is None else ("met" if startup < STARTUP_S else "**missed**")})
+    return out
+
+
+def _passthrough_target(rs: list[dict], c: int | None) -> dict:
+    checks, failed = 0, []
+    for mode in ("json", "stream"):
+        for client in PROTOCOLS:
+            mine = [r for r in rs if r["kind"] == "proxy" and r["client"] == client and r["mode"] == mode
+                    and r["s"] is not None and r["c"] == c and r["s"]["cpu_ms"] is not None]
+            through = [r for r in mine if r["passthrough"]]
+            translated = [r for r in mine if not r["passthrough"]]
+            if not through or not translated:
+                continue
+            checks += 1
+            cheapest = min(translated, key=lambda r: r["s"]["cpu_ms"])
+            if through[0]["s"]["cpu_ms"] >= cheapest["s"]["cpu_ms"]:
+                failed.append(f"{SHORT[client]} {mode}")
+    measured = f"{checks - len(failed)}/{checks} client×mode checks" + (f" (not: {', '.join(failed)})" if failed else "")
+    return {"target": f"pass-through costs less proxy CPU than translation (c={c})", "goal": "every client and mode",
+            "measured": measured if checks else "-", "verdict": "not measured" if not checks else ("met" if not failed else "**missed**")}
+
+
+def _memory_target(result: dict) -> dict:
+    mem = result.get("memory_rounds") or []
+    if len(mem) < 2:
+        return {"target": "memory flat across rounds", "goal": f"RSS growth < {MEMORY_GROWTH:.0%} after round 1",
+                "measured": "needs 2+ rounds", "verdict": "not measured"}
+    first, last = mem[0]["rss_kb"], mem[-1]["rss_kb"]
+    growth = (last - first) / first if first else 0.0
+    return {"target": "memory flat across rounds", "goal": f"RSS growth < {MEMORY_GROWTH:.0%} after round 1",
+            "measured": f"{first / 1024:.1f} → {last / 1024:.1f} MiB ({growth:+.1%})",
+            "verdict": "met" if growth < MEMORY_GROWTH else "**missed**"}
+
+
+# --- markdown ------------------------------------------------------------------------------
+
+
+def markdown(result: dict) -> str:
+    m = result.get("machine") or {}
+    o = result.get("options") or {}
+    proxy = result.get("proxy") or {}
+    events = result.get("stream_events") or {}
+    lines = [
+        "# ProxAI benchmark",
+        "",
+        f"- date: {result.get('date')}" + (f", commit {result['commit']}" if result.get("commit") else ""),
+        f"- machine: {m.get('nproc')} CPUs ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, "
+        f"{m.get('implementation', 'Python')} {m.get('python')}, Linux {m.get('kernel')}",
+        f"- settings: {o.get('rounds')} interleaved round(s), concurrency {', '.join(map(str, o.get('concurrency') or []))}, "
+        f"{o.get('seconds')} s per case, {o.get('deltas')} deltas per stream "
+        f"({', '.join(f'{SHORT[p]} {n}' for p, n in events.items())} upstream events"
+        f"{_pacing(o)}), "
+        f"proxy log level {o.get('proxy_log_level')}" + (f", proxy args `{o['proxy_args']}`" if o.get("proxy_args") else ""),
+        f"- load driver, mock upstream and proxy share the machine; medians over rounds; "
+        f"+ = proxy minus direct, × = proxy / direct" + (f"; wall time {result['wall_s']:.0f} s" if "wall_s" in result else ""),
+        "",
+    ]
+    if result.get("targets"):
+        lines += ["## Targets", "", "| target | goal | measured | verdict |", "|---|---|---|---|"]
+        lines += [f"| {t['target']} | {t['goal']} | {t['measured']} | {t['verdict']} |" for t in targets(result)]
+        lines.append("")
+        lines += _json_table(result) + _stream_table(result, events) + _ceiling(result) + _memory(result, proxy)
+    if result.get("micro"):
+        lines += ["## Engine alone (no network)", "", micro.table(result["micro"]), ""]
+    if result.get("profile"):
+        lines += [f"Profile of the proxy (pyinstrument): {', '.join(result['profile'])}", ""]
+    return "\n".join(lines)
+
+
+def _pacing(o: dict) -> str:
+    parts = []
+    if (o.get("events_per_write") or 1) != 1:
+        parts.append(f"{o['events_per_write']} per write")
+    if o.get("gap_ms"):
+        parts.append(f"{o['gap_ms']:g} ms apart")
+    return "; " + ", ".join(parts) if parts else ""
+
+
+def _json_table(result: dict) -> list[str]:
+    lines = [
+        "## Non-streaming (~1 KB request, ~1 KB reply)",
+        "",
+        "| case | c | req/s | p50 ms | p99 ms | +p50 ms | p50 × | req/s × | proxy CPU ms/req | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows(result):
+        if r["mode"] != "json":
+            continue
+        if r["s"] is None:
+            lines.append(f"| {r['name']} | | | | | | | | | ERROR: {_cell(r['error'])} |")
+            continue
+        s, d = r["s"], r["d"]
+        lines.append(
+            f"| {r['name']} | {r['c']} | {_fmt(s['rps'], 0)} | {_fmt(s['p50'])} | {_fmt(s['p99'])} | "
+            f"{_fmt(_diff(s['p50'], d and d['p50']), signed=True)} | {_x(_ratio(s['p50'], d and d['p50']))} | "
+            f"{_x(_ratio(s['rps'], d and d['rps']))} | {_fmt(s['cpu_ms'], 3)} | {_errors(s)} |"
+        )
+    return lines + [""]
+
+
+def _stream_table(result: dict, events: dict) -> list[str]:
+    lines = [
+        "## Streaming (text deltas, then two interleaved tool calls)",
+        "",
+        "| case | c | req/s | TTFB p50 ms | +TTFB ms | full p50 ms | full p99 ms | +full p50 ms | full × | proxy CPU ms/req | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows(result):
+        if r["mode"] != "stream":
+            continue
+        if r["s"] is None:
+            lines.append(f"| {r['name']} | | | | | | | | | | ERROR: {_cell(r['error'])} |")
+            continue
+        s, d = r["s"], r["d"]
+        lines.append(
+            f"| {r['name']} | {r['c']} | {_fmt(s['rps'], 0)} | {_fmt(s['ttfb_p50'])} | "
+            f"{_fmt(_diff(s['ttfb_p50'], d and d['ttfb_p50']), signed=True)} | {_fmt(s['p50'])} | {_fmt(s['p99'])} | "
+            f"{_fmt(_diff(s['p50'], d and d['p50']), signed=True)} | {_x(_ratio(s['p50'], d and d['p50']))} | "
+            f"{_fmt(s['cpu_ms'], 3)} | {_errors(s)} |"
+        )
+    return lines + [""]
+
+
+def _errors(s: dict) -> str:
+    if not s["errors"]:
+        return "0"
+    return f"{s['errors']}/{s['requests'] + s['errors']}: {_cell(s['first_error'], 80)}"
+
+
+def _ceiling(result: dict) -> list[str]:
+    ceiling = result.get("ceiling") or []
+    if not ceiling:
+        return []
+    lines = [
+        "## Load driver ceiling (driver → mock upstream, `{}` reply)",
+        "",
+        "| c | req/s | p50 ms | p99 ms | driver CPU ms/req |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for c in ceiling:
+        runs = c["runs"]
+        lines.append(f"| {c['concurrency']} | {_fmt(median_of(runs, 'rps'), 0)} | {_fmt(median_of(runs, 'latency_ms.p50'))} | "
+                     f"{_fmt(median_of(runs, 'latency_ms.p99'))} | {_fmt(median_of(runs, 'driver_cpu_ms_per_req'), 3)} |")
+    lines += ["", "A case whose req/s nears this ceiling measures the driver, not the proxy.", ""]
+    return lines
+
+
+def _memory(result: dict, proxy: dict) -> list[str]:
+    mem = result.get("memory_rounds") or []
+    if not proxy:
+        return []
+    parts = [f"startup {proxy.get('startup_s', 0):.2f} s"]
+    if proxy.get("rss_kb_at_start"):
+        parts.append(f"RSS at start {proxy['rss_kb_at_start'] / 1024:.1f} MiB")
+    if mem:
+        parts.append("after each round " + ", ".join(f"{x['rss_kb'] / 1024:.1f}" for x in mem) + " MiB")
+    if proxy.get("peak_rss_kb"):
+        parts.append(f"peak (VmHWM) {proxy['peak_rss_kb'] / 1024:.1f} MiB")
+    return ["## Proxy process", "", "; ".join(parts) + ".", ""]

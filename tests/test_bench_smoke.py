@@ -1,0 +1,63 @@
+"""The benchmark suite on a tiny budget, so the instrument keeps working as the proxy changes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import micro, payloads, report, run
+from bench.payloads import PROTOCOLS, SHORT
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_micro_benchmarks_measure_every_pair_or_say_why_not():
+    result = micro.run(seconds=0.005, deltas=8)
+    pairs = {r["pair"]: r for r in result["pairs"]}
+    assert set(pairs) == {f"{SHORT[c]}->{SHORT[p]}" for c in PROTOCOLS for p in PROTOCOLS}
+    for protocol in PROTOCOLS:
+        row = pairs[f"{SHORT[protocol]}->{SHORT[protocol]}"]
+        # pass-through streams only run the terminal watcher
+        assert row["stream_us_per_event"] > 0
+        assert row["stream_events"] == len(payloads.reply(protocol, True, 8))
+    for row in result["pairs"]:
+        if row["client"] == row["provider"]:
+            continue
+        for kind in ("request", "response", "stream"):
+            measured = row.get("stream_us_per_event") if kind == "stream" else row.get(f"{kind}_us")
+            assert measured or row.get(f"{kind}_error") or row.get("error"), (row["pair"], kind)
+    table = micro.table(result)
+    assert table.count("\n| ") >= 9 and "stream µs/event" in table
+
+
+def test_orchestrator_runs_every_target_and_writes_results(tmp_path):
+    out = tmp_path / "bench.json"
+    opts = run.options(["--rounds", "1", "--concurrency", "1", "--requests", "3", "--seconds", "5",
+                        "--no-micro", "--deltas", "8", "--proxy-log-level", "warning", "--silent", "--json", str(out)])
+    result = run.run(opts)
+
+    saved = json.loads(out.read_text())
+    assert saved["machine"]["nproc"] >= 1 and saved["machine"]["python"]
+    assert 0 < saved["proxy"]["startup_s"] < 30
+    assert saved["memory_rounds"][0]["rss_kb"] > 1000
+    assert saved["ceiling"][0]["runs"][0]["requests"] == 3
+    targets = {t["name"]: t for t in saved["targets"]}
+    assert len(targets) == 2 * (3 + 9)
+    for protocol in PROTOCOLS:
+        for mode in ("json", "stream"):
+            for name in (f"direct {SHORT[protocol]} ({mode})", f"{SHORT[protocol]}->{SHORT[protocol]} ({mode})"):
+                t = targets[name]
+                assert t["error"] is None, (name, t["error"])
+                (res,) = t["runs"]["1"]
+                assert res["requests"] == 3 and res["errors"] == 0, name
+                assert res["latency_ms"]["p50"] > 0 and res["ttfb_ms"]["p50"] <= res["latency_ms"]["p50"]
+            assert targets[f"{SHORT[protocol]}->{SHORT[protocol]} ({mode})"]["runs"]["1"][0]["proxy_cpu_ms_per_req"] >= 0
+    for t in saved["targets"]:  # a translated pair either ran or carries its error
+        assert t["error"] or t["runs"]["1"][0]["requests"] == 3, t["name"]
+
+    md = result["markdown"]
+    assert "## Targets" in md and "## Load driver ceiling" in md
+    for name in targets:
+        assert f"| {name} |" in md
+    assert md == report.markdown(saved)
