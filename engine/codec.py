@@ -40,7 +40,10 @@ class Codec:
             payload = hook(scope)
             scope = scope.at(payload)
             scope.vars["root"] = payload
-        out = self.output(scope)
+        try:
+            out = self.output(scope)
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
+            raise self.run.error_class(f"malformed {self.protocol} payload ({type(err).__name__})", None, self.file) from err
         for hook in self.after:
             out = hook(scope.at(out))
         if self.kind == "request.encode":

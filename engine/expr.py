@@ -58,7 +58,167 @@ def _compile_selector(text: str, where: str):
         compiled = jmespath.compile(text)
     except jmespath.exceptions.JMESPathError as err:
         raise RuleError(f"bad jmespath expression {text!r}: {err}".replace("\n", " "), *_split(where)) from err
-    return lambda value: compiled.search(value, OPTIONS)
+    try:
+        return _closure(compiled.parsed)
+    except _Unsupported:
+        return lambda value: compiled.search(value, OPTIONS)
+
+
+# --- jmespath AST -> Python closures ---------------------------------------------------
+# The jmespath interpreter walks its AST with a fresh visitor per search; rules run
+# per stream event, so the common node types are compiled into closures once, with
+# jmespath's own semantics. Anything else falls back to jmespath.
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _equals(x, y) -> bool:
+    # jmespath: true != 1 although Python says otherwise.
+    if isinstance(x, bool) != isinstance(y, bool) and (_is_number(x) or _is_number(y)):
+        return False
+    return x == y
+
+
+def _order(op):
+    def compare(x, y):
+        if _is_number(x) and _is_number(y):
+            return op(x, y)
+        return None
+    return compare
+
+
+_COMPARATORS = {
+    "eq": _equals,
+    "ne": lambda x, y: not _equals(x, y),
+    "lt": _order(lambda x, y: x < y),
+    "gt": _order(lambda x, y: x > y),
+    "lte": _order(lambda x, y: x <= y),
+    "gte": _order(lambda x, y: x >= y),
+}
+
+
+def _type_name(x) -> str:
+    if x is None:
+        return "null"
+    if isinstance(x, bool):
+        return "boolean"
+    if isinstance(x, str):
+        return "string"
+    if isinstance(x, (int, float)):
+        return "number"
+    if isinstance(x, list):
+        return "array"
+    if isinstance(x, dict):
+        return "object"
+    raise _Unsupported
+
+
+def _fn_length(x):
+    if isinstance(x, (str, list, dict)):
+        return len(x)
+    raise TypeError("length() of a non-collection")
+
+
+def _fn_contains(subject, search):
+    if isinstance(subject, (str, list)):
+        return search in subject
+    raise TypeError("contains() on a non-collection")
+
+
+def _fn_starts_with(subject, prefix):
+    if isinstance(subject, str) and isinstance(prefix, str):
+        return subject.startswith(prefix)
+    raise TypeError("starts_with() on a non-string")
+
+
+_FUNCTIONS = {"length": _fn_length, "type": _type_name, "contains": _fn_contains, "starts_with": _fn_starts_with}
+
+
+def _closure(node):
+    kind = node["type"]
+    children = node.get("children") or []
+    if kind == "field":
+        key = node["value"]
+        return lambda v: v.get(key) if isinstance(v, dict) else None
+    if kind in ("identity", "current"):
+        return lambda v: v
+    if kind == "literal":
+        value = node["value"]
+        return lambda v: value
+    if kind in ("subexpression", "pipe"):
+        left, right = _closure(children[0]), _closure(children[1])
+
+        def chain(v):
+            inner = left(v)
+            return None if inner is None and kind == "subexpression" else right(inner)
+        return chain
+    if kind == "index_expression":
+        left, index = _closure(children[0]), children[1]
+        if index.get("type") != "index":
+            raise _Unsupported
+        i = index["value"]
+
+        def at(v):
+            seq = left(v)
+            if not isinstance(seq, list):
+                return None
+            try:
+                return seq[i]
+            except IndexError:
+                return None
+        return at
+    if kind == "comparator":
+        op = _COMPARATORS[node["value"]]
+        left, right = _closure(children[0]), _closure(children[1])
+        return lambda v: op(left(v), right(v))
+    if kind == "and_expression":
+        left, right = _closure(children[0]), _closure(children[1])
+
+        def both(v):
+            first = left(v)
+            return first if not truthy(first) else right(v)
+        return both
+    if kind == "or_expression":
+        left, right = _closure(children[0]), _closure(children[1])
+
+        def either(v):
+            first = left(v)
+            return first if truthy(first) else right(v)
+        return either
+    if kind == "not_expression":
+        inner = _closure(children[0])
+        return lambda v: not truthy(inner(v))
+    if kind in ("projection", "filter_projection"):
+        left, right = _closure(children[0]), _closure(children[1])
+        cond = _closure(children[2]) if kind == "filter_projection" else None
+
+        def project(v):
+            items = left(v)
+            if not isinstance(items, list):
+                return None
+            out = []
+            for item in items:
+                if cond is not None and not truthy(cond(item)):
+                    continue
+                value = right(item)
+                if value is not None:
+                    out.append(value)
+            return out
+        return project
+    if kind == "function_expression" and node["value"] in _FUNCTIONS:
+        fn = _FUNCTIONS[node["value"]]
+        args = [_closure(c) for c in children]
+        if len(args) == 1:
+            only = args[0]
+            return lambda v: fn(only(v))
+        return lambda v: fn(*(a(v) for a in args))
+    raise _Unsupported
 
 
 def _split(where: str):
@@ -70,6 +230,13 @@ def compile_expr(text: str, where: str):
     """Compile a selector into ``fn(scope) -> value``."""
     match = _VAR.match(text)
     if match is None:
+        if _FIELD_PATH.match(text) and "." not in text:
+            key = text
+
+            def field(scope):
+                cur = scope.cur
+                return cur.get(key) if isinstance(cur, dict) else None
+            return field
         get = _compile_selector(text, where)
         return lambda scope: get(scope.cur)
     name, rest = match.groups()

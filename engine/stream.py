@@ -103,7 +103,14 @@ class StreamRun:
         scope = Scope(event, self.vars, "", self.ctx, self.run)
         for t in transitions:
             if t.when is None or truthy(t.when(scope)):
-                t.run(scope, out)
+                try:
+                    t.run(scope, out)
+                except TranslationError as err:
+                    if err.rule is None:
+                        err.rule = t.where
+                    raise
+                except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
+                    raise UpstreamProtocolError(f"malformed {self.rules.protocol} stream event {key!r}", None, t.where) from err
                 break
         return out
 

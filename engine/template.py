@@ -93,7 +93,9 @@ class Compiler:
             if extra:
                 raise self.error(node, f"{primary} does not take {', '.join(extra)}", extra[0])
             fn = CONSTRUCTS[primary](self, node)
-            return _located(fn, self.where(node))
+            # Only constructs that can fail get the (cheap, but per-call) error wrapper;
+            # failures inside the others surface at the nearest wrapped one.
+            return _located(fn, self.where(node)) if primary in _FALLIBLE else fn
         if isinstance(node, list):
             return self._list(node)
         return lambda scope, value=node: value
@@ -106,7 +108,7 @@ class Compiler:
             for key, fn in items:
                 value = fn(scope)
                 if value is not None:
-                    out[key] = value
+                    out[key] = None if value is NULL else value
             return out
         return build
 
@@ -136,6 +138,25 @@ def _located(fn: Fn, where: str) -> Fn:
 
 
 # --- constructs -----------------------------------------------------------------
+
+
+class _Null:
+    """A JSON null that is kept: object keys built from it stay, with value null."""
+
+    def __repr__(self):
+        return "NULL"
+
+
+NULL = _Null()
+
+
+def compile_nullable(c: Compiler, node) -> Fn:
+    fn = c.compile(node["$nullable"], node)
+
+    def run(scope):
+        value = fn(scope)
+        return NULL if value is None else value
+    return run
 
 
 def compile_lit(c: Compiler, node) -> Fn:
@@ -253,7 +274,11 @@ def compile_hook(c: Compiler, node) -> Fn:
     args = [(k, c.compile(v, node["$args"])) for k, v in (node.get("$args") or {}).items()]
     if not args:
         return lambda scope: hook(scope)
-    return lambda scope: hook(scope, **{k: fn(scope) for k, fn in args})
+    return lambda scope: hook(scope, **{k: _plain(fn(scope)) for k, fn in args})
+
+
+def _plain(value):
+    return None if value is NULL else value
 
 
 def compile_reject(c: Compiler, node) -> Fn:
@@ -327,9 +352,12 @@ class _Miss:
 
 _MISS = _Miss()
 
+_FALLIBLE = frozenset({"$map", "$switch", "$table", "$hook", "$reject", "$error"})
+
 #: construct name -> compiler; options each construct accepts are in OPTIONS.
 CONSTRUCTS: dict[str, Callable[[Compiler, dict], Fn]] = {
     "$lit": compile_lit,
+    "$nullable": compile_nullable,
     "$map": compile_map,
     "$switch": compile_switch,
     "$if": compile_if,
