@@ -8,6 +8,8 @@ dict lookup chain is several times faster.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
 
 import jmespath
@@ -137,7 +139,30 @@ def _fn_starts_with(subject, prefix):
     raise TypeError("starts_with() on a non-string")
 
 
-_FUNCTIONS = {"length": _fn_length, "type": _type_name, "contains": _fn_contains, "starts_with": _fn_starts_with}
+def _fn_join(sep, items):
+    if isinstance(sep, str) and isinstance(items, list) and all(isinstance(i, str) for i in items):
+        return sep.join(items)
+    raise TypeError("join() needs a string and an array of strings")
+
+
+def _fn_to_string(x):
+    return x if isinstance(x, str) else json.dumps(x, separators=(",", ":"))
+
+
+def _fn_floor(x):
+    if _is_number(x):
+        return math.floor(x)
+    raise TypeError("floor() of a non-number")
+
+
+def _fn_split(text, sep):
+    if isinstance(text, str) and isinstance(sep, str):
+        return text.split(sep)
+    raise TypeError("split() needs strings")
+
+
+_FUNCTIONS = {"length": _fn_length, "type": _type_name, "contains": _fn_contains, "starts_with": _fn_starts_with,
+              "join": _fn_join, "to_string": _fn_to_string, "floor": _fn_floor, "split": _fn_split}
 
 
 def _closure(node):
@@ -211,6 +236,9 @@ def _closure(node):
                     out.append(value)
             return out
         return project
+    if kind == "multi_select_list":
+        items = [_closure(c) for c in children]
+        return lambda v: None if v is None else [item(v) for item in items]
     if kind == "function_expression" and node["value"] in _FUNCTIONS:
         fn = _FUNCTIONS[node["value"]]
         args = [_closure(c) for c in children]
