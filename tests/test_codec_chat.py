@@ -573,7 +573,8 @@ class TestResponseEncode:
         assert out["object"] == "chat.completion"
         assert out["created"] == 1700000000
         assert out["model"] == "claude-x"
-        assert out["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "Hello"}, "finish_reason": "stop"}]
+        assert out["choices"] == [{"index": 0, "message": {"role": "assistant", "content": "Hello", "refusal": None},
+                                   "logprobs": None, "finish_reason": "stop"}]
 
     def test_created_defaults_to_now(self, eng):
         out = self.encode(eng, ir_response({"type": "text", "text": "x"}))
@@ -594,18 +595,18 @@ class TestResponseEncode:
     def test_refusal_parts_go_to_refusal_never_content(self, eng):
         out = self.encode(eng, ir_response({"type": "refusal", "text": "I can't"}, {"type": "refusal", "text": " do that"}))
         msg = out["choices"][0]["message"]
-        assert msg["refusal"] == "I can't do that" and "content" not in msg
+        assert msg["refusal"] == "I can't do that" and msg["content"] is None
 
     def test_anthropic_refusal_without_text_uses_the_explanation(self, eng):
         details = {"type": "refusal", "category": "cyber", "explanation": "Policy says no."}
         out = self.encode(eng, ir_response(stop="refusal", stop_details=details))
-        assert out["choices"][0]["message"] == {"role": "assistant", "refusal": "Policy says no."}
+        assert out["choices"][0]["message"] == {"role": "assistant", "content": None, "refusal": "Policy says no."}
         assert out["choices"][0]["finish_reason"] == "content_filter"
 
     def test_anthropic_refusal_after_text_keeps_the_text_only(self, eng):
         details = {"type": "refusal", "category": None, "explanation": "Policy says no."}
         out = self.encode(eng, ir_response({"type": "text", "text": "Sure, here"}, stop="refusal", stop_details=details))
-        assert out["choices"][0]["message"] == {"role": "assistant", "content": "Sure, here"}
+        assert out["choices"][0]["message"] == {"role": "assistant", "content": "Sure, here", "refusal": None}
         assert out["choices"][0]["finish_reason"] == "content_filter"
 
     @pytest.mark.parametrize("stop,finish", [
@@ -1149,7 +1150,8 @@ class TestStreamEncode:
     def test_every_stop(self, eng, ir_stop, finish):
         raw, st = encode_stream(eng, [START, stop(ir_stop)])
         chunks = parse(raw)
-        assert chunks[-2]["choices"][0] == {"index": 0, "delta": {}, "finish_reason": finish} and chunks[-1] == "[DONE]"
+        assert chunks[0]["choices"][0] == {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+        assert chunks[-2]["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": finish} and chunks[-1] == "[DONE]"
         assert st.complete
 
     @pytest.mark.parametrize("ir_stop", ["failed", "cancelled", "protocol_error"])
@@ -1168,7 +1170,7 @@ class TestStreamEncode:
                                       {"type": "block_delta", "index": 0, "kind": "text", "delta": "par"}, err,
                                       {"type": "block_delta", "index": 0, "kind": "text", "delta": "ignored"}])
         chunks = parse(raw)
-        assert chunks[-1] == {"error": {"message": "upstream says no", "type": type_, "status": status or 502}}
+        assert chunks[-1] == {"error": {"message": "upstream says no", "type": type_, "param": None, "code": None, "status": status or 502}}
         assert "[DONE]" not in chunks and st.failed
 
     def test_error_keeps_code_and_param(self, eng):
@@ -1187,7 +1189,8 @@ class TestStreamEncode:
         st = StreamTranslator(_ir_source(eng), eng.streams[("stream.encode", CHAT)], ctx)
         st.feed(SSEEvent("message_start", json.dumps(START)))
         out = parse(st.fail("tool_call_stall", "tool call arguments stalled", 504))
-        assert out == [{"error": {"message": "tool call arguments stalled", "type": "timeout_error", "status": 504}}]
+        assert out == [{"error": {"message": "tool call arguments stalled", "type": "timeout_error", "param": None, "code": None,
+                                   "status": 504}}]
 
 
 # ======================================================================================
