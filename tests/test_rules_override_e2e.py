@@ -1,0 +1,51 @@
+"""A user's rules_dir changes one table entry, and the running server behaves accordingly."""
+import pytest
+
+from proxai.mock import Text, Turn
+
+OVERRIDE = """\
+# Report Anthropic pause_turn to Chat clients as `length` instead of `stop`.
+kind: tables
+tables:
+  - name: ir.stop->openai_chat_completions.finish_reason
+    from: ir.stop
+    map:
+      pause_turn: length
+"""
+
+
+@pytest.fixture
+def overridden(harness, start_proxy, tmp_path):
+    (tmp_path / "stop.yaml").write_text(OVERRIDE)
+    config = harness.default_config()
+    config["rules_dir"] = str(tmp_path)
+    return start_proxy(config)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_override_changes_the_finish_reason(overridden, proxy, mock, stream):
+    def ask(handle):
+        mock.enqueue(Turn([Text("partial")], stop="pause_turn"))
+        client = handle.openai()
+        try:
+            if stream:
+                chunks = list(client.chat.completions.create(
+                    model="anthropic/claude-x", messages=[{"role": "user", "content": "hi"}], stream=True))
+                return [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason][-1]
+            done = client.chat.completions.create(model="anthropic/claude-x", messages=[{"role": "user", "content": "hi"}])
+            return done.choices[0].finish_reason
+        finally:
+            client.close()
+
+    assert ask(proxy) == "stop"          # built-in rules: pause_turn is a normal completion
+    assert ask(overridden) == "length"   # the override's one entry
+    assert mock.requests[-1].body["model"] == "claude-x"
+
+
+def test_broken_override_stops_startup_with_file_and_line(harness, tmp_path):
+    (tmp_path / "bad.yaml").write_text("kind: tables\ntables:\n  - name: x->y\n    from: ir.stop\n    map: {}\n")
+    config = harness.default_config()
+    config["rules_dir"] = str(tmp_path)
+    with pytest.raises(Exception) as err:
+        harness.start_proxy(config)
+    assert "bad.yaml:" in str(err.value)
