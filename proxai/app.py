@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import ipaddress
 import json
 import logging
-import secrets
 import time
 import traceback
 from typing import Any
@@ -15,22 +15,25 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from proxai import capture, ingress, requestid, usage
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
 from proxai.logs import log_request
+from proxai.metrics import Metrics
 from proxai.passthrough import PassthroughWatch, StreamRelay
 from proxai.routing import RouteMatch, Router
-from proxai.transport import Transport, read_body
+from proxai.transport import Transport, provider_headers, read_body, upstream_url
 
 log = logging.getLogger("proxai")
 
 PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
-REQUEST_ID_HEADER = "x-proxai-request-id"
+REQUEST_ID_HEADER = requestid.HEADER
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
 PROXY_KEY: web.AppKey["Proxy"] = web.AppKey("proxai.proxy", object)  # type: ignore[arg-type]
 INFO_KEY: web.RequestKey[dict] = web.RequestKey("proxai.info", dict)
+CAPTURE_KEY: web.RequestKey[capture.RequestCapture] = web.RequestKey("proxai.capture", capture.RequestCapture)
 
 
 def protocol_for_path(path: str) -> str:
@@ -49,6 +52,10 @@ class Proxy:
         self.router = Router(config) if not demo else None
         self.transport = Transport(pool_size=max(100, config.server.max_concurrent_requests))
         self.active = 0
+        phases = [phase for phase, on in config.capture.items() if on]
+        # None when capture is off: the request path then creates no capture object at all.
+        self.recorder = capture.Recorder(phases) if phases else None
+        self.metrics = Metrics(in_flight=lambda: self.active)
         self.engine: Any = None
         self.engine_problem: str | None = None
         self._mock_runner: web.AppRunner | None = None
@@ -89,7 +96,7 @@ class Proxy:
         await site.start()
         self._mock_runner = runner
         port = runner.addresses[0][1]
-        self.config = demo_config(f"http://127.0.0.1:{port}", self.config.server)
+        self.config = demo_config(f"http://127.0.0.1:{port}", self.config.server, self.config.capture)
         self.router = Router(self.config)
 
     # --- request handling ------------------------------------------------------------
@@ -98,6 +105,8 @@ class Proxy:
         info: dict[str, Any] = request[INFO_KEY]
         protocol = PATHS[request.path]
         self._authorize(request)
+        if self.recorder is not None:
+            request[CAPTURE_KEY] = self.recorder.open(info["request_id"])
         server = self.config.server
         if self.active >= server.max_concurrent_requests:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
@@ -133,7 +142,11 @@ class Proxy:
             raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes") from None
         if len(raw) > limit:
             raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
-        body = parse_body(raw)
+        cap = request.get(CAPTURE_KEY)
+        if cap is not None:
+            version = f"HTTP/{request.version.major}.{request.version.minor}"
+            cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), raw)
+        body = ingress.parse(protocol, raw)
         model = body.get("model")
         if not isinstance(model, str) or not model:
             raise E.InvalidRequest("model is required and must be a non-empty string", param="model")
@@ -157,13 +170,14 @@ class Proxy:
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict
     ) -> web.StreamResponse:
-        upstream = await self.transport.send(provider, raw, request.headers, stream)
+        upstream = await self._send(request, provider, raw, stream, info)
         try:
             await self._raise_for_status(upstream, provider)
             if not _is_event_stream(upstream):
                 if stream:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
                 data = await read_body(upstream, provider)
+                info.update(usage.from_body(protocol, data) or {})
                 return _json_response(upstream.status, data, upstream.headers, info)
         except BaseException:
             upstream.close()
@@ -173,7 +187,7 @@ class Proxy:
             raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
         relay = StreamRelay(
             upstream,
-            PassthroughWatch(protocol),
+            usage.StreamUsage(PassthroughWatch(protocol), protocol),
             raw=True,
             idle_timeout=provider.read_idle_timeout_secs,
             tool_call_timeout=self.config.tool_call_timeout_secs,
@@ -191,7 +205,7 @@ class Proxy:
         response.headers["Content-Type"] = SSE_CONTENT_TYPE
         response.headers["Cache-Control"] = "no-cache"
         response.headers.update(E.preserved_headers(upstream.headers))
-        response.headers[REQUEST_ID_HEADER] = info["request_id"]
+        requestid.stamp(response.headers, info["request_id"])
         info["status"] = 200
         info["outcome"] = "open"
         try:
@@ -199,14 +213,39 @@ class Proxy:
         except BaseException:
             upstream.close()
             raise
+        info["ttfb_ms"] = round((time.monotonic() - info["_started"]) * 1000, 1)
+        client: Any = response
+        cap = request.get(CAPTURE_KEY)
+        if cap is not None and cap.wants("outbound_response"):
+            cap.start("outbound_response", capture.status_line(200, response.reason), response.headers.items())
+            client = capture.TeeClient(response, cap)
         info["outcome"] = "client_disconnected"  # unless run() finishes
-        info["outcome"] = await relay.run(response)
+        try:
+            info["outcome"] = await relay.run(client)
+        finally:
+            # Both observers report canonical usage: the engine's translator, and StreamUsage.
+            info.update(usage.normalise(usage.CANONICAL, getattr(relay.observer, "usage", None)) or {})
         if info["outcome"] != "client_disconnected":
             try:
                 await response.write_eof()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError):
                 info["outcome"] = "client_disconnected"
         return response
+
+    async def _send(
+        self, request: web.Request, provider: ProviderConfig, body: bytes, stream: bool, info: dict
+    ) -> aiohttp.ClientResponse:
+        """Send to the provider; note its request id; capture both sides when asked."""
+        cap = request.get(CAPTURE_KEY)
+        if cap is not None:
+            headers = provider_headers(provider, request.headers, stream)
+            cap.whole("provider_request", f"POST {upstream_url(provider)} HTTP/1.1", headers.items(), body)
+        upstream = await self.transport.send(provider, body, request.headers, stream)
+        info["upstream_request_id"] = requestid.upstream_id(upstream.headers)
+        if cap is not None and cap.wants("upstream_response"):
+            cap.start("upstream_response", capture.status_line(upstream.status, upstream.reason), upstream.headers.items())
+            return capture.TeeUpstream(upstream, cap)  # type: ignore[return-value]
+        return upstream
 
     async def _raise_for_status(self, upstream: aiohttp.ClientResponse, provider: ProviderConfig) -> None:
         if 200 <= upstream.status < 300:
@@ -237,11 +276,16 @@ class Proxy:
             max_tokens_default=provider.max_tokens_default,
             drop_sampling=provider.drop_sampling,
         )
+        info["_traces"] = ctx.traces
         try:
             out_body = self.engine.translate_request(ctx, body)
         except engine.InvalidRequest as exc:
+            info["translation_error"] = "request"
             raise E.InvalidRequest(getattr(exc, "message", None) or str(exc), param=getattr(exc, "param", None)) from None
-        upstream = await self.transport.send(provider, dump_json(out_body), request.headers, stream)
+        except Exception:
+            info["translation_error"] = "request"
+            raise
+        upstream = await self._send(request, provider, dump_json(out_body), stream, info)
         try:
             await self._raise_for_status(upstream, provider)
             if not stream:
@@ -252,10 +296,15 @@ class Proxy:
                     upstream_body = orjson.loads(data)
                 except orjson.JSONDecodeError:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} answered with a body that is not JSON") from None
+                info.update(usage.from_body(provider.protocol, upstream_body) or {})
                 try:
                     client_body = self.engine.translate_response(ctx, upstream_body)
                 except engine.UpstreamProtocolError as exc:
+                    info["translation_error"] = "response"
                     raise E.UpstreamProtocolError(getattr(exc, "message", None) or str(exc)) from None
+                except Exception:
+                    info["translation_error"] = "response"
+                    raise
                 return _json_response(200, dump_json(client_body), upstream.headers, info)
             if not _is_event_stream(upstream):
                 raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
@@ -274,6 +323,17 @@ class Proxy:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "mode": "demo" if self.demo else "config"})
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        settings = self.config.server.metrics
+        if settings.loopback_only and not _is_loopback(request.remote):
+            raise E.NotFound(f"no endpoint at {request.path}")
+        if settings.require_auth:
+            self._authorize(request)
+        body, content_type = self.metrics.render()
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = content_type
+        return response
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -310,17 +370,26 @@ def _json_response(status: int, data: bytes, upstream_headers, info: dict) -> we
     response = web.Response(status=status, body=data)
     response.headers["Content-Type"] = "application/json"
     response.headers.update(E.preserved_headers(upstream_headers))
-    response.headers[REQUEST_ID_HEADER] = info["request_id"]
+    requestid.stamp(response.headers, info["request_id"])
     info["status"] = status
     return response
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return host is not None and ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+    except ValueError:
+        return False
 
 
 @web.middleware
 async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     started = time.monotonic()
-    request_id = "req_" + secrets.token_hex(12)
+    request_id = requestid.from_client(request.headers)
+    token = requestid.current.set(request_id)
     protocol = protocol_for_path(request.path)
-    info: dict[str, Any] = {"request_id": request_id, "method": request.method, "path": request.path}
+    info: dict[str, Any] = {"request_id": request_id, "method": request.method, "path": request.path,
+                            "_started": started}
     if request.path in PATHS:
         info["client_protocol"] = protocol
     request[INFO_KEY] = info
@@ -352,14 +421,31 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         info["error"] = type(exc).__name__
         return response
     finally:
-        if request.path != "/healthz":
+        elapsed = round((time.monotonic() - started) * 1000, 1)
+        if response is not None and "ttfb_ms" not in info:
+            info["ttfb_ms"] = elapsed  # a whole response goes out as soon as the handler returns it
+        cap = request.get(CAPTURE_KEY)
+        if cap is not None:
+            if isinstance(response, web.Response) and isinstance(response.body, (bytes, bytearray)):
+                cap.whole("outbound_response", capture.status_line(response.status, response.reason),
+                          response.headers.items(), bytes(response.body))
+            cap.close()
+        if request.path not in _UNLOGGED:
             if response is None:  # cancelled: the client went away
                 info.setdefault("outcome", "client_disconnected")
                 info.setdefault("status", 499)
             elif "status" not in info:
                 info["status"] = response.status
-            info["duration_ms"] = round((time.monotonic() - started) * 1000, 1)
+            info["duration_ms"] = elapsed
+            for note in info.get("_traces") or ():
+                log.info("translation: %s", note)
             log_request(**info)
+            if request.path in PATHS:
+                request.app[PROXY_KEY].metrics.observe(info)
+        requestid.current.reset(token)
+
+
+_UNLOGGED = frozenset({"/healthz", "/metrics"})
 
 
 def _error_response(protocol: str, err: E.ProxyError, info: dict) -> web.Response:
@@ -367,24 +453,28 @@ def _error_response(protocol: str, err: E.ProxyError, info: dict) -> web.Respons
     response = web.Response(status=status, body=body)
     for name, value in headers.items():
         response.headers[name] = value
-    response.headers[REQUEST_ID_HEADER] = info["request_id"]
+    requestid.stamp(response.headers, info["request_id"])
     info["status"] = status
     info["error"] = err.kind
     return response
 
 
-def build_app(config: Config | None = None, *, server: ServerConfig | None = None) -> web.Application:
+def build_app(
+    config: Config | None = None, *, server: ServerConfig | None = None, capture_phases: dict[str, bool] | None = None
+) -> web.Application:
     """The proxy application. With no config: demo mode, built-in mock upstreams
-    (`server` then gives the server settings)."""
+    (`server` and `capture_phases` then give those settings)."""
     demo = config is None
     if config is None:
-        config = demo_config("http://127.0.0.1:0", server)
+        config = demo_config("http://127.0.0.1:0", server, capture_phases)
     proxy = Proxy(config, demo=demo)
     app = web.Application(middlewares=[_middleware], client_max_size=config.server.max_request_body_bytes)
     app[PROXY_KEY] = proxy
     for path in PATHS:
         app.router.add_post(path, proxy.handle)
     app.router.add_get("/healthz", proxy.healthz)
+    if config.server.metrics.enabled:
+        app.router.add_get("/metrics", proxy.metrics_endpoint)
     app.on_startup.append(proxy.on_startup)
     app.on_cleanup.append(proxy.on_cleanup)
     return app
@@ -395,7 +485,7 @@ def make_runner(app: web.Application) -> web.AppRunner:
     return web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
 
 
-def demo_config(mock_url: str, server: ServerConfig | None = None) -> Config:
+def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phases: dict[str, bool] | None = None) -> Config:
     """Demo mode: one mock provider per protocol. The model prefix picks the provider,
     so `anthropic/x` through /v1/chat/completions exercises a translation."""
     providers = {
@@ -413,6 +503,7 @@ def demo_config(mock_url: str, server: ServerConfig | None = None) -> Config:
         default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic"},
         routes=routes,
         tool_call_timeout_secs=120.0,
+        **({"capture": dict(capture_phases)} if capture_phases else {}),
     )
 
 

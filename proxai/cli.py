@@ -1,4 +1,4 @@
-"""The `proxai` command: serve, check-config, lint.
+"""The `proxai` command: serve, check-config, lint, translate, capture.
 
 Each subcommand is one `add_parser` call in `_parser()` plus a `_cmd_*`
 function returning the exit code, so more commands slot in the same way.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import ipaddress
 import logging
 import signal
@@ -15,7 +16,7 @@ import sys
 from typing import Sequence
 
 from proxai import __version__
-from proxai.config import DEFAULT_HOST, DEFAULT_PORT
+from proxai.config import CAPTURE_PHASES, DEFAULT_HOST, DEFAULT_PORT
 from proxai.errors import ConfigError
 
 log = logging.getLogger("proxai")
@@ -52,6 +53,34 @@ def _parser() -> argparse.ArgumentParser:
     lint = sub.add_parser("lint", help="validate rule files; prints file:line for each problem")
     lint.add_argument("dirs", nargs="*", metavar="RULES_DIR")
     lint.set_defaults(func=_cmd_lint)
+
+    translate = sub.add_parser(
+        "translate", help="dry-run one request, response or recorded stream through the translation rules",
+        description="Translate one payload offline with the same rules the server uses. --from is the protocol "
+                    "the file is written in, --to the one to produce.",
+    )
+    try:
+        from proxai import dryrun
+    except ImportError as exc:  # the engine is missing: the command says so instead of breaking the CLI
+        translate.add_argument("rest", nargs=argparse.REMAINDER)
+        translate.set_defaults(func=lambda _args, why=str(exc): _unavailable("translate", why))
+    else:
+        dryrun.add_arguments(translate)
+        translate.set_defaults(func=_cmd_translate)
+
+    cap = sub.add_parser("capture", help="read captured requests ($PROXAI_HOME/captures, default ~/.proxai/captures)")
+    cap_sub = cap.add_subparsers(dest="capture_command", metavar="ACTION", required=True)
+    show = cap_sub.add_parser("show", help="print the captured phases of one request")
+    show.add_argument("request_id", metavar="REQUEST_ID")
+    show.add_argument("--layout", choices=["auto", "side", "stacked"], default="auto",
+                      help="side by side (inbound|provider, upstream|outbound) or one after another; "
+                           "auto: side by side on terminals at least 140 columns wide")
+    show.add_argument("--width", type=int, help="layout width (default: the terminal's)")
+    show.add_argument("--raw", metavar="PHASE", help="print one phase's file exactly as captured")
+    show.set_defaults(func=_cmd_capture_show)
+    lst = cap_sub.add_parser("list", help="list captured requests, newest first")
+    lst.add_argument("-n", type=int, default=20, metavar="N", help="at most N requests (default 20; 0 = all)")
+    lst.set_defaults(func=_cmd_capture_list)
     return parser
 
 
@@ -60,6 +89,19 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", help=f"address to bind (default: server.host, else {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, help=f"port to bind (default: server.port, else {DEFAULT_PORT}; 0 = any free port)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="overrides logging.level")
+    parser.add_argument("--log-format", choices=["human", "json"], help="overrides logging.format")
+    parser.add_argument("--capture", metavar="PHASES", type=_capture_phases,
+                        help="overrides the capture: section: all, none, or a comma list of inbound_request, "
+                             "provider_request, upstream_response, outbound_response")
+
+
+def _capture_phases(text: str) -> dict[str, bool]:
+    from proxai.capture import parse_phases
+
+    try:
+        return parse_phases(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # --- serve ---------------------------------------------------------------------------
@@ -79,9 +121,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     else:
         config = demo_config("http://127.0.0.1:0")
     config = with_server(config, args.host, args.port)
-    logs.setup(args.log_level or config.log_level, config.log_format)
+    if args.capture is not None:
+        config = dataclasses.replace(config, capture=args.capture)
+    logs.setup(args.log_level or config.log_level, args.log_format or config.log_format)
     try:
-        app = build_app(config if args.config else None, server=config.server)
+        app = build_app(config if args.config else None, server=config.server, capture_phases=config.capture)
     except Exception as exc:  # the user's override rules failed to load
         print(f"proxai: cannot start: {exc}", file=sys.stderr)
         return 1
@@ -112,6 +156,9 @@ async def _serve(app, host: str, port: int, config_file: str | None) -> int:
             log.info("ProxAI %s serving config file %s on %s", __version__, config_file, url)
         else:
             log.info("ProxAI %s serving demo mode (built-in mock upstreams, no API keys needed) on %s", __version__, url)
+        if proxy.recorder is not None:
+            log.warning("capturing %s to %s (files hold prompts and responses; not API keys)",
+                        ", ".join(p for p in CAPTURE_PHASES if p in proxy.recorder.phases), proxy.recorder.root)
         if proxy.engine_problem:
             log.warning("%s; requests that need translation get 501", proxy.engine_problem)
         if not proxy.config.server.api_keys and not _is_loopback(host):
@@ -176,6 +223,63 @@ def _cmd_lint(args: argparse.Namespace) -> int:
         print(f"proxai lint: the rules linter is not available ({exc})", file=sys.stderr)
         return 2
     return int(lint_main(list(args.dirs)) or 0)
+
+
+# --- translate -----------------------------------------------------------------------------------
+
+
+def _unavailable(command: str, why: str) -> int:
+    print(f"proxai {command}: the translation engine is not available ({why})", file=sys.stderr)
+    return 2
+
+
+def _cmd_translate(args: argparse.Namespace) -> int:
+    from proxai import dryrun
+
+    try:
+        return dryrun.run(args)
+    except OSError as exc:
+        print(f"proxai translate: cannot read {exc.filename or args.file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+
+
+# --- capture ---------------------------------------------------------------------------------------
+
+
+def _cmd_capture_show(args: argparse.Namespace) -> int:
+    from proxai import capture, capture_view
+
+    if args.raw:
+        if args.raw not in capture.PHASES:
+            print(f"proxai capture show: unknown phase {args.raw!r} (one of {', '.join(capture.PHASES)})", file=sys.stderr)
+            return 2
+        path = capture.file_path(capture.directory(), args.request_id, args.raw)
+        if not path.is_file():
+            print(f"proxai capture show: no {args.raw} capture for {args.request_id} in {capture.directory()}", file=sys.stderr)
+            return 1
+        sys.stdout.buffer.write(path.read_bytes())
+        return 0
+    phases = capture.load(args.request_id)
+    if not phases:
+        print(f"proxai capture show: no capture for request {args.request_id} in {capture.directory()}", file=sys.stderr)
+        return 1
+    sys.stdout.write(capture_view.render(args.request_id, phases, args.layout, args.width))
+    return 0
+
+
+def _cmd_capture_list(args: argparse.Namespace) -> int:
+    import time
+
+    from proxai import capture
+
+    rows = capture.list_requests()
+    if not rows:
+        print(f"no captures in {capture.directory()}", file=sys.stderr)
+        return 0
+    for rid, mtime, phases in rows[: args.n or None]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
+        print(f"{when}  {rid}  {' '.join(phases)}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -26,12 +26,20 @@ DEFAULT_PORT = 18080
 
 
 @dataclass(frozen=True)
+class MetricsConfig:
+    enabled: bool = True
+    require_auth: bool = False  # needs server.api_keys
+    loopback_only: bool = False
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_request_body_bytes: int = 52428800
     max_concurrent_requests: int = 64
     api_keys: tuple[str, ...] = ()
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 @dataclass(frozen=True)
@@ -273,6 +281,7 @@ def _build(doc: dict[str, Any]) -> Config:
             max_request_body_bytes=server.get("max_request_body_bytes", 52428800),
             max_concurrent_requests=server.get("max_concurrent_requests", 64),
             api_keys=tuple(server.get("api_keys", ())),
+            metrics=MetricsConfig(**server.get("metrics", {})),
         ),
         default_providers=dict(routing.get("default_providers", {})),
         routes=routes,
@@ -292,6 +301,8 @@ _ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling")
 def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
     from proxai.routing import compile_route
 
+    if cfg.server.metrics.require_auth and not cfg.server.api_keys:
+        problems.append(("server.metrics.require_auth", "needs server.api_keys (the keys /metrics then requires)"))
     for name, p in cfg.providers.items():
         if p.protocol != ANTHROPIC:
             for key in _ANTHROPIC_ONLY:

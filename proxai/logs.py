@@ -1,7 +1,12 @@
 """Logging setup and the one-line request summary.
 
-The summary names protocols, route, provider, models, status, duration and the
-stream outcome. It never carries bodies, keys, headers or prompt text.
+The summary names the request id (and the provider's beside it), protocols,
+route, provider, models, status, stream outcome, time to first byte, duration
+and token counts. It never carries bodies, keys, headers or prompt text.
+
+Every other line logged while a request runs gets that request's id too: the
+id lives in a context variable set by the app, and the handler's filter copies
+it onto each record.
 """
 
 from __future__ import annotations
@@ -9,22 +14,37 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any
+from typing import IO, Any
 
 import orjson
 
+from proxai import requestid
+
 request_log = logging.getLogger("proxai.request")
 
+FORMATS = ("human", "json")
+
 _FIELDS = (
-    "request_id", "method", "path", "client_protocol", "provider_protocol", "route", "provider",
-    "model", "upstream_model", "stream", "status", "duration_ms", "outcome", "error",
+    "request_id", "upstream_request_id", "method", "path", "client_protocol", "provider_protocol", "route",
+    "provider", "model", "upstream_model", "stream", "status", "outcome", "ttfb_ms", "duration_ms",
+    "input_tokens", "output_tokens", "error",
 )
+
+
+class _RequestIdFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            record.request_id = requestid.current.get()
+        return True
 
 
 class _HumanFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
         line = f"{ts} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        rid = getattr(record, "request_id", None)
+        if rid and getattr(record, "fields", None) is None:
+            line += f" request_id={rid}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -46,6 +66,9 @@ class _JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": "request" if fields else record.getMessage(),
         }
+        rid = getattr(record, "request_id", None)
+        if rid:
+            doc["request_id"] = rid
         if fields:
             doc.update({k: v for k, v in fields.items() if v is not None})
         if record.exc_info:
@@ -53,14 +76,21 @@ class _JsonFormatter(logging.Formatter):
         return orjson.dumps(doc, default=str).decode()
 
 
-def setup(level: str = "info", fmt: str = "human") -> None:
+def make_handler(fmt: str = "human", stream: IO[str] | None = None) -> logging.Handler:
+    """A handler writing ProxAI's log format (`human` or `json`) to `stream` (default stderr)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(_JsonFormatter() if fmt == "json" else _HumanFormatter())
+    handler.addFilter(_RequestIdFilter())
+    return handler
+
+
+def setup(level: str = "info", fmt: str = "human", stream: IO[str] | None = None) -> None:
     root = logging.getLogger()
     for handler in list(root.handlers):
         if getattr(handler, "_proxai", False):
             root.removeHandler(handler)
-    handler = logging.StreamHandler(sys.stderr)
+    handler = make_handler(fmt, stream)
     handler._proxai = True  # type: ignore[attr-defined]
-    handler.setFormatter(_JsonFormatter() if fmt == "json" else _HumanFormatter())
     root.addHandler(handler)
     root.setLevel(level.upper())
     # aiohttp's access log would duplicate the summary line.
@@ -72,4 +102,4 @@ def log_request(**fields: Any) -> None:
     status = fields.get("status") or 0
     level = logging.WARNING if status >= 500 or str(fields.get("outcome", "")).startswith("incomplete") else logging.INFO
     summary = " ".join(f"{k}={_human(v)}" for k, v in ordered.items() if v is not None)
-    request_log.log(level, "%s", summary, extra={"fields": ordered})
+    request_log.log(level, "%s", summary, extra={"fields": ordered, "request_id": fields.get("request_id")})

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from typing import Any, Protocol
 
 import aiohttp
@@ -30,10 +29,6 @@ from proxai.sse import SSEEvent, SSEParser
 log = logging.getLogger("proxai.stream")
 
 _RESPONSES_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-_FINISH = re.compile(r'"finish_reason"\s*:\s*"')
-_TOOL_CALLS = re.compile(r'"tool_calls"\s*:\s*\[\s*\{')
-_SEQ = re.compile(r'"sequence_number"\s*:\s*(\d+)')
-_TYPE_HINT = re.compile(r'"type"\s*:\s*"(response\.(?:completed|incomplete|failed)|error)"')
 
 
 class StreamObserver(Protocol):
@@ -47,59 +42,67 @@ class StreamObserver(Protocol):
 
 
 class PassthroughWatch:
-    """Observes a same-protocol stream; emits bytes only for a failure the upstream did not report."""
+    """Observes a same-protocol stream; emits bytes only for a failure the upstream did not report.
+
+    `feed` returns [] for an event to forward unchanged, or the in-stream error that
+    replaces a malformed event (data that is not a JSON object; Chat's `[DONE]` aside).
+    """
 
     def __init__(self, protocol: str):
         self.protocol = protocol
         self.complete = False
         self.failed = False
+        self.failed_here = False  # the failure is the proxy's own (EOF, stall, malformed), not the upstream's
         self.in_tool_arguments = False
         self.usage: dict[str, Any] | None = None
         self.finish_seen = False  # Chat: a chunk with finish_reason arrived
         self.clean_eof_without_done = False
-        self._last_data = ""
+        self._seq = -1  # Responses: highest sequence_number seen
         self._snapshot: dict[str, Any] | None = None  # Responses: last lifecycle snapshot
         self._items: dict[int, Any] = {}  # Responses: output items seen, by output_index
         self._feed = {CHAT: self._feed_chat, RESPONSES: self._feed_responses, ANTHROPIC: self._feed_anthropic}[protocol]
 
     def feed(self, event: SSEEvent) -> list[bytes]:
-        if not (self.complete or self.failed):
-            self._feed(event)
+        if self.complete or self.failed:
+            return []
+        if self.protocol == CHAT and event.data == "[DONE]":
+            self.complete = True
+            self.in_tool_arguments = False
+            return []
+        try:
+            payload = orjson.loads(event.data)
+        except orjson.JSONDecodeError:
+            payload = None
+        if not isinstance(payload, dict):
+            return self.fail("malformed", f"the provider sent a malformed {self.protocol} stream event (not a JSON object)")
+        self._feed(event.event, payload)
         return []
 
     # Chat: [DONE] ends the stream; a top-level "error" object is the upstream's own failure.
-    def _feed_chat(self, event: SSEEvent) -> None:
-        data = event.data
-        if data.startswith("[DONE]"):
-            self.complete = True
-            self.in_tool_arguments = False
+    def _feed_chat(self, name: str | None, payload: dict) -> None:
+        if payload.get("error"):
+            self.failed = True
             return
-        if '"error"' in data:
-            parsed = _json(data)
-            if isinstance(parsed, dict) and parsed.get("error"):
-                self.failed = True
-                return
-        if _FINISH.search(data):
-            parsed = _json(data)
-            choices = parsed.get("choices") if isinstance(parsed, dict) else None
-            if choices and any(isinstance(c, dict) and c.get("finish_reason") for c in choices):
+        choices = payload.get("choices")
+        if not isinstance(choices, list):
+            return
+        for choice in choices:
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("finish_reason"):
                 self.finish_seen = True
                 self.in_tool_arguments = False
                 return
-        if not self.finish_seen and _TOOL_CALLS.search(data):
-            self.in_tool_arguments = True
+            delta = choice.get("delta")
+            if not self.finish_seen and isinstance(delta, dict) and delta.get("tool_calls"):
+                self.in_tool_arguments = True
 
-    def _feed_responses(self, event: SSEEvent) -> None:
-        data = event.data
-        self._last_data = data
-        name = event.event
-        if name is None:  # servers that omit the event line: fall back to data.type
-            if "response." in data or '"error"' in data:
-                m = _TYPE_HINT.search(data)
-                parsed = _json(data) if m else None
-                name = parsed.get("type") if isinstance(parsed, dict) else None
-            if name is None:
-                name = ""
+    def _feed_responses(self, name: str | None, payload: dict) -> None:
+        seq = payload.get("sequence_number")
+        if isinstance(seq, int) and seq > self._seq:
+            self._seq = seq
+        if not name:  # servers that omit the event line: fall back to data.type
+            name = payload.get("type") if isinstance(payload.get("type"), str) else ""
         if name in _RESPONSES_TERMINAL:
             if name == "response.failed":
                 self.failed = True
@@ -109,13 +112,11 @@ class PassthroughWatch:
         elif name == "error":
             self.failed = True
         elif name == "response.created" or name == "response.in_progress":
-            parsed = _json(data)
-            if isinstance(parsed, dict) and isinstance(parsed.get("response"), dict):
-                self._snapshot = parsed["response"]
+            if isinstance(payload.get("response"), dict):
+                self._snapshot = payload["response"]
         elif name == "response.output_item.added" or name == "response.output_item.done":
-            parsed = _json(data)
-            if isinstance(parsed, dict) and isinstance(parsed.get("output_index"), int):
-                self._items[parsed["output_index"]] = parsed.get("item")
+            if isinstance(payload.get("output_index"), int):
+                self._items[payload["output_index"]] = payload.get("item")
             if name == "response.output_item.done":
                 self.in_tool_arguments = False
         elif name == "response.function_call_arguments.delta":
@@ -123,18 +124,17 @@ class PassthroughWatch:
         elif name == "response.function_call_arguments.done":
             self.in_tool_arguments = False
 
-    def _feed_anthropic(self, event: SSEEvent) -> None:
-        name = event.event
+    def _feed_anthropic(self, name: str | None, payload: dict) -> None:
+        if not name:
+            name = payload.get("type") if isinstance(payload.get("type"), str) else ""
         if name == "message_stop":
             self.complete = True
             self.in_tool_arguments = False
         elif name == "error":
             self.failed = True
         elif name == "content_block_start":
-            if '"tool_use"' in event.data:
-                parsed = _json(event.data)
-                block = parsed.get("content_block") if isinstance(parsed, dict) else None
-                self.in_tool_arguments = isinstance(block, dict) and block.get("type") == "tool_use"
+            block = payload.get("content_block")
+            self.in_tool_arguments = isinstance(block, dict) and block.get("type") == "tool_use"
         elif name == "content_block_stop":
             self.in_tool_arguments = False
 
@@ -151,7 +151,7 @@ class PassthroughWatch:
     def fail(self, kind: str, message: str, status: int = 502) -> list[bytes]:
         if self.complete or self.failed:
             return []
-        self.failed = True
+        self.failed = self.failed_here = True
         self.in_tool_arguments = False
         err = StreamError(message, status=status)
         if self.protocol != RESPONSES:
@@ -159,18 +159,7 @@ class PassthroughWatch:
         snapshot = dict(self._snapshot or {})
         snapshot["output"] = [self._items[i] for i in sorted(self._items) if self._items[i] is not None]
         snapshot["usage"] = None
-        m = None
-        for m in _SEQ.finditer(self._last_data):
-            pass
-        seq = int(m.group(1)) + 1 if m else 0
-        return [render_stream(RESPONSES, err, sequence_number=seq, response=snapshot)]
-
-
-def _json(data: str) -> Any:
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
+        return [render_stream(RESPONSES, err, sequence_number=self._seq + 1, response=snapshot)]
 
 
 class StreamRelay:
@@ -179,6 +168,10 @@ class StreamRelay:
     `prime()` runs before the client's 200 is committed: it waits for the first
     complete upstream event, so a failure before it is still an HTTP error.
     `run()` then relays to the end and returns the stream outcome for the log.
+
+    Output is written event by event: in pass-through each complete event's own
+    bytes, in translation what the observer makes of it. A partial event is
+    never written, so an error appended after a broken upstream always parses.
     """
 
     def __init__(
@@ -200,12 +193,17 @@ class StreamRelay:
         self.parser = SSEParser()
         self._pending: list[bytes] = []
         self._eof = False
+        self._seen_event = False
+        self._relayed = 0  # pass-through events relayed unchanged
         self.outcome = "open"
+
+    @property
+    def _tool_stall_applies(self) -> bool:
+        return self.observer.in_tool_arguments and self.tool_call_timeout < self.idle_timeout
 
     async def _read(self) -> bytes | None:
         """One upstream chunk; b"" at EOF; None on the idle or tool-call stall timeout."""
-        stalled = self.observer.in_tool_arguments and self.tool_call_timeout < self.idle_timeout
-        limit = self.tool_call_timeout if stalled else self.idle_timeout
+        limit = self.tool_call_timeout if self._tool_stall_applies else self.idle_timeout
         try:
             async with asyncio.timeout(limit):
                 return await self.upstream.content.readany()
@@ -214,16 +212,28 @@ class StreamRelay:
 
     def _take(self, chunk: bytes) -> list[bytes]:
         out: list[bytes] = []
-        for event in self.parser.feed(chunk):
-            out.extend(self.observer.feed(event))
-        if self.raw:
-            return [chunk]
+        observer = self.observer
+        for raw, event in self.parser.feed_raw(chunk):
+            if observer.failed:
+                break  # nothing follows a failure
+            if event is None:  # comment or keep-alive
+                if self.raw and not observer.complete:
+                    out.append(raw)
+                continue
+            self._seen_event = True
+            produced = observer.feed(event)
+            if self.raw:
+                # The watch only speaks to replace a malformed event with an error.
+                if not produced:
+                    self._relayed += 1
+                out.extend(produced or [raw])
+            else:
+                out.extend(produced)
         return out
 
     async def prime(self) -> None:
         """Buffer upstream bytes until the first complete event (HTTP errors still possible)."""
-        seen = False
-        while not seen:
+        while not self._seen_event:
             try:
                 chunk = await self._read()
             except (aiohttp.ClientError, ConnectionError) as exc:
@@ -234,49 +244,52 @@ class StreamRelay:
                 raise UpstreamTimeout(f"provider {self.provider_name!r} sent no event for {self.idle_timeout:g}s")
             if not chunk:
                 raise UpstreamProtocolError(f"provider {self.provider_name!r} ended the stream before its first event")
-            events = self.parser.feed(chunk)
-            seen = bool(events)
-            out: list[bytes] = []
-            for event in events:
-                out.extend(self.observer.feed(event))
-            self._pending.extend([chunk] if self.raw else out)
+            out = self._take(chunk)
+            if self._relayed == 0 and getattr(self.observer, "failed_here", False):
+                raise UpstreamProtocolError(f"provider {self.provider_name!r} sent a malformed first stream event")
+            self._pending.extend(out)
 
     async def run(self, client: web.StreamResponse) -> str:
+        observer = self.observer
         try:
-            for blob in self._pending:
-                await client.write(blob)
+            await self._write_all(client, self._pending)
             self._pending.clear()
-            while True:
+            while not observer.failed:
                 try:
                     chunk = await self._read()
                 except (aiohttp.ClientError, ConnectionError) as exc:
-                    if self.observer.complete:
+                    if observer.complete:
                         break
-                    await self._write_all(client, self.observer.fail("upstream_reset", f"the provider connection failed mid-stream ({type(exc).__name__})"))
+                    await self._write_all(client, observer.fail("upstream_reset", f"the provider connection failed mid-stream ({type(exc).__name__})"))
                     return self._finish("incomplete:upstream_reset")
                 if chunk is None:
-                    if self.observer.complete or self.observer.failed:
+                    if observer.complete:
                         break
-                    if self.observer.in_tool_arguments and self.tool_call_timeout < self.idle_timeout:
+                    if self._tool_stall_applies:
                         msg = f"tool call arguments stalled for {self.tool_call_timeout:g}s"
                         kind = "tool_call_stall"
                     else:
                         msg = f"provider {self.provider_name!r} sent nothing for {self.idle_timeout:g}s"
                         kind = "idle_timeout"
-                    await self._write_all(client, self.observer.fail(kind, msg))
+                    await self._write_all(client, observer.fail(kind, msg))
                     return self._finish(f"incomplete:{kind}")
                 if not chunk:
                     self._eof = True
                     break
                 await self._write_all(client, self._take(chunk))
-            self.parser.close()
-            tail = self.observer.eof()
+            if observer.failed:
+                # The provider reported the failure in its own stream, or an event was malformed.
+                return self._finish("incomplete:malformed" if getattr(observer, "failed_here", False) else "upstream_error_event")
+            complete_before_eof = observer.complete
+            rest = self.parser.close()
+            if self.raw and complete_before_eof and rest:
+                await client.write(rest)  # trailing bytes after the terminal event, unchanged
+            tail = observer.eof()
             await self._write_all(client, tail)
-            if self.observer.complete:
-                if getattr(self.observer, "clean_eof_without_done", False):
+            if observer.complete:
+                if getattr(observer, "clean_eof_without_done", False):
                     return self._finish("complete_without_done")
                 return self._finish("complete")
-            # The provider reported the failure in its own stream, or we appended one at EOF.
             return self._finish("incomplete:eof" if tail else "upstream_error_event")
         except (ConnectionResetError, aiohttp.ClientConnectionResetError):
             return self._finish("client_disconnected")
@@ -284,7 +297,7 @@ class StreamRelay:
             # A bug after 200 was sent: end the stream with an error instead of a second response.
             log.error("internal error %s while relaying a stream", type(exc).__name__)
             try:
-                await self._write_all(client, self.observer.fail("internal", "internal error in the proxy", 500))
+                await self._write_all(client, observer.fail("internal", "internal error in the proxy", 500))
             except Exception:
                 pass
             return self._finish("incomplete:internal")

@@ -24,7 +24,7 @@ RATE_HEADERS = {
     "x-internal-trace": "node-17",
     "server": "upstream-secret-server",
 }
-KEPT = ("retry-after", "retry-after-ms", "x-request-id", "x-ratelimit-remaining-requests",
+KEPT = ("retry-after", "retry-after-ms", "x-ratelimit-remaining-requests",
         "anthropic-ratelimit-requests-remaining", "request-id")
 
 
@@ -32,6 +32,9 @@ def assert_filtered(headers) -> None:
     lower = {k.lower(): v for k, v in headers.items()}
     for name in KEPT:
         assert lower[name] == RATE_HEADERS[name], name
+    # x-request-id is the proxy's own id for this request; the provider's rides beside it.
+    assert lower["x-upstream-request-id"] == RATE_HEADERS["x-request-id"]
+    assert lower["x-request-id"] != RATE_HEADERS["x-request-id"]
     assert "set-cookie" not in lower and "x-internal-trace" not in lower
     assert lower.get("server", "") != "upstream-secret-server"
     assert lower["content-type"].startswith("application/json")
@@ -111,7 +114,7 @@ def test_upstream_4xx_during_stream_request_is_an_http_error(openai_client, mock
     mock.enqueue(Error(401, headers={"x-request-id": "req_9"}))
     with pytest.raises(openai.AuthenticationError) as exc_info:
         list(openai_client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
-    assert exc_info.value.response.headers["x-request-id"] == "req_9"
+    assert exc_info.value.response.headers["x-upstream-request-id"] == "req_9"
 
 
 def test_upstream_unreachable_is_502(start_proxy, harness):

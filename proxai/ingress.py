@@ -1,0 +1,134 @@
+"""Ingress: a request body becomes a JSON object of the right top-level shape, or a 400.
+
+The shape of each endpoint's body is data: one JSON Schema per client protocol
+under schemas/requests/, compiled once. Only the top level is checked (field
+types, required fields, sane bounds); nested content is the translator's or the
+provider's business. Unknown fields pass. Error messages name the field and
+what it must be, never the value sent, which may be prompt text.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from proxai.errors import PROTOCOLS, InvalidRequest
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "requests"
+
+# Deeper documents are refused: translation walks bodies recursively, and an
+# unbounded depth would turn a hostile body into a crash instead of a 400.
+MAX_DEPTH = 128
+
+
+@functools.lru_cache(maxsize=None)
+def validator(protocol: str) -> Draft202012Validator:
+    schema = json.loads((SCHEMA_DIR / f"{protocol}.json").read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def load_all() -> None:
+    """Compile every schema now (startup), so a broken file fails early."""
+    for protocol in PROTOCOLS:
+        validator(protocol)
+
+
+def parse(protocol: str, raw: bytes) -> dict[str, Any]:
+    """The request body as a dict, checked against the endpoint's schema."""
+    body = decode(raw)
+    check(protocol, body)
+    return body
+
+
+def decode(raw: bytes) -> dict[str, Any]:
+    if not raw.strip():
+        raise InvalidRequest("request body is empty; expected a JSON object")
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        body = _decode_slow(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest("request body must be a JSON object")
+    _check_depth(raw, body)
+    return body
+
+
+def _decode_slow(raw: bytes) -> Any:
+    """orjson refuses integers beyond 64 bits, which are still valid JSON; so does the stdlib fallback
+    once it is sure the text is valid UTF-8 without lone surrogates."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidRequest(f"request body is not valid UTF-8 (byte {exc.start})") from None
+    try:
+        body = json.loads(text)
+    except RecursionError:
+        raise InvalidRequest(f"request body is nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as exc:
+        where = f" (line {exc.lineno}, column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise InvalidRequest(f"request body is not valid JSON{where}") from None
+    try:
+        # A lone surrogate escape (\ud800) parses, but no provider can take it as UTF-8.
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest("request body contains an unpaired UTF-16 surrogate escape") from None
+    except RecursionError:
+        raise InvalidRequest(f"request body is nested more than {MAX_DEPTH} levels deep") from None
+    return body
+
+
+def _check_depth(raw: bytes, body: dict) -> None:
+    if raw.count(b"{") + raw.count(b"[") <= MAX_DEPTH:
+        return  # cannot be that deep: skip the walk
+    stack: list[tuple[Any, int]] = [(body, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidRequest(f"request body is nested more than {MAX_DEPTH} levels deep")
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)) and child:
+                stack.append((child, depth + 1))
+
+
+def check(protocol: str, body: dict[str, Any]) -> None:
+    """Raise InvalidRequest naming the first field whose top-level shape is wrong."""
+    v = validator(protocol)
+    error = _first_error(v, body)
+    if error is not None:
+        raise _describe(error, body)
+
+
+def _first_error(v: Draft202012Validator, body: dict) -> ValidationError | None:
+    # Sorted by path so the report is stable: the earliest field wins.
+    errors = sorted(v.iter_errors(body), key=lambda e: [str(p) for p in e.absolute_path])
+    return errors[0] if errors else None
+
+
+def _describe(error: ValidationError, body: dict) -> InvalidRequest:
+    path = list(error.absolute_path)
+    if error.validator == "required":
+        missing = next((name for name in error.validator_value if name not in (error.instance or {})), None)
+        param = _param([*path, missing] if missing else path)
+        return InvalidRequest(f"{param} is required", param=param)
+    param = _param(path)
+    if not path:
+        return InvalidRequest("request body must be a JSON object")
+    expected = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if expected:
+        return InvalidRequest(f"{param} must be {expected}", param=param)
+    return InvalidRequest(f"{param} is invalid ({error.validator})", param=param)
+
+
+def _param(path: list) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out

@@ -1,0 +1,104 @@
+"""Prometheus metrics, served at GET /metrics in the text exposition format.
+
+Each app owns its CollectorRegistry, so several apps in one process (tests,
+embedding) keep separate counts. Label values come from small closed sets
+(protocol ids, status codes, outcome classes, configured provider names),
+never from client input such as model names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+NONE = "none"  # label value when a request failed before routing picked a provider
+
+# Latency buckets (seconds) for LLM calls: fast errors through multi-minute streams.
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+# Stream outcomes (the log's detailed vocabulary) -> the outcome label.
+_OUTCOMES = {
+    "complete": "completed",
+    "complete_without_done": "completed",
+    "upstream_error_event": "error",
+    "client_disconnected": "client_disconnected",
+    "incomplete:tool_call_stall": "tool_call_stall",
+}
+
+# Stream outcomes that were the provider's failure -> upstream error kind.
+_STREAM_UPSTREAM_KINDS = {
+    "incomplete:eof": "stream_incomplete",
+    "incomplete:idle_timeout": "stream_idle_timeout",
+    "incomplete:upstream_reset": "stream_reset",
+    "incomplete:tool_call_stall": "tool_call_stall",
+    "upstream_error_event": "stream_error_event",
+}
+
+_UPSTREAM_ERROR_KINDS = frozenset({"upstream_error", "upstream_unreachable", "upstream_timeout", "upstream_protocol", "upstream"})
+
+
+def outcome_class(info: dict[str, Any]) -> str:
+    """completed / incomplete / error / client_disconnected / tool_call_stall."""
+    outcome = info.get("outcome")
+    if outcome is not None:
+        if outcome in _OUTCOMES:
+            return _OUTCOMES[outcome]
+        if outcome.startswith("incomplete"):
+            return "incomplete"
+    if info.get("status", 0) == 499:
+        return "client_disconnected"
+    return "completed" if info.get("status", 0) < 400 else "error"
+
+
+class Metrics:
+    def __init__(self, in_flight: Callable[[], float]):
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "proxai_requests", "Requests by client protocol, provider protocol, HTTP status and outcome",
+            ("client_protocol", "provider_protocol", "status", "outcome"), registry=r,
+        )
+        self.duration = Histogram(
+            "proxai_request_duration_seconds", "Time from request arrival to the last byte of the response",
+            ("client_protocol", "provider_protocol", "stream"), buckets=_BUCKETS, registry=r,
+        )
+        self.ttfb = Histogram(
+            "proxai_time_to_first_byte_seconds", "Time from request arrival to the response headers (streams: with the first event)",
+            ("client_protocol", "provider_protocol", "stream"), buckets=_BUCKETS, registry=r,
+        )
+        self.in_flight = Gauge("proxai_requests_in_flight", "Requests being served", registry=r)
+        self.in_flight.set_function(in_flight)
+        self.upstream_errors = Counter(
+            "proxai_upstream_errors", "Provider failures by provider and kind", ("provider", "kind"), registry=r,
+        )
+        self.translation_errors = Counter(
+            "proxai_translation_errors", "Requests or responses the rules could not translate",
+            ("client_protocol", "provider_protocol", "direction"), registry=r,
+        )
+        self.tokens = Counter(
+            "proxai_tokens", "Tokens reported by providers", ("client_protocol", "provider_protocol", "kind"), registry=r,
+        )
+
+    def observe(self, info: dict[str, Any]) -> None:
+        """Count one finished request from its log fields."""
+        client = info.get("client_protocol") or NONE
+        provider = info.get("provider_protocol") or NONE
+        stream = "true" if info.get("stream") else "false"
+        self.requests.labels(client, provider, str(info.get("status", 0)), outcome_class(info)).inc()
+        self.duration.labels(client, provider, stream).observe(info.get("duration_ms", 0) / 1000)
+        if info.get("ttfb_ms") is not None:
+            self.ttfb.labels(client, provider, stream).observe(info["ttfb_ms"] / 1000)
+        kind = info.get("error")
+        if kind in _UPSTREAM_ERROR_KINDS:
+            self.upstream_errors.labels(info.get("provider") or NONE, kind).inc()
+        elif info.get("outcome") in _STREAM_UPSTREAM_KINDS:
+            self.upstream_errors.labels(info.get("provider") or NONE, _STREAM_UPSTREAM_KINDS[info["outcome"]]).inc()
+        if info.get("translation_error"):
+            self.translation_errors.labels(client, provider, info["translation_error"]).inc()
+        for key in ("input_tokens", "output_tokens"):
+            if info.get(key):
+                self.tokens.labels(client, provider, key[:-7]).inc(info[key])
+
+    def render(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -1,0 +1,108 @@
+"""Token counts for the request log and metrics, read from a response body or stream.
+
+Counts are normalised to the canonical meaning: `input_tokens` is the whole
+input (Anthropic's cache reads and writes included, as OpenAI counts them),
+`output_tokens` the whole output (reasoning included).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import orjson
+
+from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+
+Usage = dict[str, int]
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def normalise(protocol: str, usage: Any) -> Usage | None:
+    """A protocol's usage object as {input_tokens, output_tokens}; None when absent."""
+    if not isinstance(usage, dict):
+        return None
+    if protocol == CHAT:
+        return {"input_tokens": _int(usage.get("prompt_tokens")), "output_tokens": _int(usage.get("completion_tokens"))}
+    if protocol == ANTHROPIC:
+        total = _int(usage.get("input_tokens")) + _int(usage.get("cache_read_input_tokens"))
+        total += _int(usage.get("cache_creation_input_tokens"))
+        return {"input_tokens": total, "output_tokens": _int(usage.get("output_tokens"))}
+    # openai_responses, and the engine's canonical usage, already use these names.
+    return {"input_tokens": _int(usage.get("input_tokens")), "output_tokens": _int(usage.get("output_tokens"))}
+
+
+def from_body(protocol: str, body: Any) -> Usage | None:
+    """Usage from a parsed (or raw JSON) non-streaming response body."""
+    if isinstance(body, (bytes, bytearray)):
+        try:
+            body = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+    if not isinstance(body, dict):
+        return None
+    return normalise(protocol, body.get("usage"))
+
+
+_CHAT_USAGE = re.compile(r'"usage"\s*:\s*\{')
+_RESPONSES_FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class StreamUsage:
+    """Wraps a pass-through stream observer and reads usage off the few events that carry it.
+
+    Only those events are parsed (Chat: a chunk with a usage object; Responses:
+    the terminal event; Anthropic: message_start and message_delta), so the
+    bytes relayed and the watch's decisions are unchanged.
+    """
+
+    def __init__(self, inner: Any, protocol: str):
+        self._inner = inner
+        self._protocol = protocol
+        self.usage: Usage | None = None
+        self._anthropic: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:  # complete, failed, in_tool_arguments, ...
+        return getattr(self._inner, name)
+
+    def feed(self, event: Any) -> list[bytes]:
+        try:
+            self._sniff(event)
+        except Exception:  # usage is for the log only; never disturb the relay
+            pass
+        return self._inner.feed(event)
+
+    def eof(self) -> list[bytes]:
+        return self._inner.eof()
+
+    def fail(self, kind: str, message: str, status: int = 502) -> list[bytes]:
+        return self._inner.fail(kind, message, status)
+
+    def _sniff(self, event: Any) -> None:
+        data = event.data
+        if self._protocol == CHAT:
+            if _CHAT_USAGE.search(data):
+                parsed = orjson.loads(data)
+                if isinstance(parsed, dict):
+                    self.usage = normalise(CHAT, parsed.get("usage")) or self.usage
+        elif self._protocol == RESPONSES:
+            if event.event in _RESPONSES_FINAL or (event.event is None and '"response.' in data and '"usage"' in data):
+                parsed = orjson.loads(data)
+                response = parsed.get("response") if isinstance(parsed, dict) else None
+                if isinstance(response, dict) and response.get("usage"):
+                    self.usage = normalise(RESPONSES, response["usage"])
+        elif event.event in ("message_start", "message_delta"):
+            parsed = orjson.loads(data)
+            if not isinstance(parsed, dict):
+                return
+            usage = parsed.get("message", {}).get("usage") if event.event == "message_start" else parsed.get("usage")
+            if isinstance(usage, dict):
+                # message_delta carries cumulative counts; keep message_start's input when it omits them.
+                self._anthropic.update({k: v for k, v in usage.items() if v is not None})
+                self.usage = normalise(ANTHROPIC, self._anthropic)
+
+# The engine's canonical usage (translated streams) uses the Responses names.
+CANONICAL = RESPONSES

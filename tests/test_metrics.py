@@ -1,0 +1,124 @@
+"""GET /metrics: Prometheus text with per-app counters, histograms and gauges."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from harness import CLIENT_KEY
+from proxai.mock import Error, Json, Text, Turn, Usage
+from test_passthrough_e2e import MESSAGES, raw_post
+
+
+def scrape(url: str, headers: dict | None = None) -> dict[tuple, float]:
+    status, hdrs, body = raw_post(url, "/metrics", b"", headers, method="GET")
+    assert status == 200, body
+    assert hdrs["content-type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for s in family.samples:
+            samples[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return samples
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_counters_after_a_few_requests(harness, start_proxy, mock):
+    p = start_proxy()  # a fresh app: its own registry starts at zero
+    oa = p.openai()
+    mock.enqueue(Turn([Text("a")], usage=Usage(input_tokens=10, output_tokens=3)))
+    oa.chat.completions.create(model="anthropic/c", messages=MESSAGES)
+    mock.enqueue(Turn([Text("b")], usage=Usage(input_tokens=10, output_tokens=3)))
+    list(oa.chat.completions.create(model="anthropic/c", messages=MESSAGES, stream=True))
+    mock.enqueue(Turn([Text("c")]))
+    oa.chat.completions.create(model="chat/m", messages=MESSAGES)
+    mock.enqueue(Error(503, message="busy"))
+    with pytest.raises(Exception):
+        oa.chat.completions.create(model="anthropic/c", messages=MESSAGES)
+    mock.enqueue(Turn([Text("partial", chunks=["par", "tial"])], cut_after=2))
+    with pytest.raises(Exception):
+        list(oa.chat.completions.create(model="anthropic/c", messages=MESSAGES, stream=True))
+    raw_post(p.url, "/v1/chat/completions", b"not json")
+
+    s = scrape(p.url)
+    chat, ant = "openai_chat_completions", "anthropic_messages"
+    req = "proxai_requests_total"
+    assert value(s, req, client_protocol=chat, provider_protocol=ant, status="200", outcome="completed") == 2
+    assert value(s, req, client_protocol=chat, provider_protocol=chat, status="200", outcome="completed") == 1
+    assert value(s, req, client_protocol=chat, provider_protocol=ant, status="503", outcome="error") == 1
+    assert value(s, req, client_protocol=chat, provider_protocol=ant, status="200", outcome="incomplete") == 1
+    assert value(s, req, client_protocol=chat, provider_protocol="none", status="400", outcome="error") == 1
+    assert value(s, "proxai_upstream_errors_total", provider="anthropic", kind="upstream_error") == 1
+    assert value(s, "proxai_upstream_errors_total", provider="anthropic", kind="stream_incomplete") == 1
+    assert value(s, "proxai_request_duration_seconds_count", client_protocol=chat, provider_protocol=ant, stream="true") == 2
+    assert value(s, "proxai_time_to_first_byte_seconds_count", client_protocol=chat, provider_protocol=ant, stream="false") == 2
+    assert value(s, "proxai_request_duration_seconds_bucket", client_protocol=chat, provider_protocol=ant,
+                 stream="false", le="+Inf") == 2
+    assert value(s, "proxai_tokens_total", client_protocol=chat, provider_protocol=ant, kind="input") == 20
+    assert value(s, "proxai_tokens_total", client_protocol=chat, provider_protocol=ant, kind="output") == 6
+    assert value(s, "proxai_requests_in_flight") == 0
+    # scrapes are not requests
+    assert value(scrape(p.url), req, client_protocol=chat, provider_protocol=chat, status="200", outcome="completed") == 1
+
+
+def test_translation_errors_are_counted(start_proxy, mock):
+    p = start_proxy()
+    # n > 1 has no Anthropic equivalent: the request encoder rejects it
+    body = {"model": "anthropic/c", "messages": MESSAGES, "n": 2}
+    status, _, _ = raw_post(p.url, "/v1/chat/completions", body)
+    mock.enqueue(Json({"type": "message", "content": 5}))  # not a Messages body the rules can read
+    status2, _, _ = raw_post(p.url, "/v1/chat/completions", {"model": "anthropic/c", "messages": MESSAGES})
+    s = scrape(p.url)
+    chat, ant = "openai_chat_completions", "anthropic_messages"
+    assert (status, status2) == (400, 502)
+    assert value(s, "proxai_translation_errors_total", client_protocol=chat, provider_protocol=ant, direction="request") == 1
+    assert value(s, "proxai_translation_errors_total", client_protocol=chat, provider_protocol=ant, direction="response") == 1
+
+
+def test_registries_are_per_app(start_proxy, mock):
+    a, b = start_proxy(), start_proxy()
+    raw_post(a.url, "/v1/chat/completions", {"model": "m", "messages": MESSAGES})
+    key = dict(client_protocol="openai_chat_completions", provider_protocol="openai_chat_completions",
+               status="200", outcome="completed")
+    assert value(scrape(a.url), "proxai_requests_total", **key) == 1
+    assert value(scrape(b.url), "proxai_requests_total", **key) == 0
+
+
+def test_in_flight_gauge_counts_open_streams(start_proxy, mock):
+    p = start_proxy()
+    mock.enqueue(Turn([Text("slow", chunks=["s", "low"])], stall_after=1, stall_secs=1.0))
+    oa = p.openai()
+    stream = oa.chat.completions.create(model="chat/m", messages=MESSAGES, stream=True)
+    next(iter(stream))
+    assert value(scrape(p.url), "proxai_requests_in_flight") == 1
+    list(stream)
+    assert value(scrape(p.url), "proxai_requests_in_flight") == 0
+
+
+def test_metrics_auth_loopback_and_disable(harness, start_proxy, mock):
+    doc = harness.default_config()
+    doc["server"] = {"api_keys": [CLIENT_KEY], "metrics": {"require_auth": True}}
+    p = start_proxy(doc)
+    status, _, _ = raw_post(p.url, "/metrics", b"", method="GET")
+    assert status == 401
+    assert scrape(p.url, {"Authorization": f"Bearer {CLIENT_KEY}"})
+
+    doc["server"] = {"metrics": {"enabled": False}}
+    status, _, _ = raw_post(start_proxy(doc).url, "/metrics", b"", method="GET")
+    assert status == 404
+
+    doc["server"] = {"api_keys": [CLIENT_KEY], "metrics": {"loopback_only": True}}
+    assert scrape(start_proxy(doc).url)  # the test client is on 127.0.0.1; no key needed by default
+
+
+def test_require_auth_without_keys_is_a_config_error():
+    from proxai.config import load_dict
+    from proxai.errors import ConfigError
+
+    doc = {"providers": {"a": {"protocol": "openai_chat_completions", "base_url": "http://x/v1", "api_key": "k"}},
+           "server": {"metrics": {"require_auth": True}}}
+    with pytest.raises(ConfigError) as info:
+        load_dict(doc)
+    assert info.value.problems[0][0] == "server.metrics.require_auth"
