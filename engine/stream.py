@@ -203,6 +203,9 @@ class StreamTranslator:
         self.stamp = encoder.stamp
         self.complete = False
         self.failed = False
+        # True when the stream failed because a source event could not be translated
+        # (as opposed to an upstream error event, EOF or a timeout).
+        self.translation_failed = False
         self.usage = None
         self.stop = None
         self._open_tools: set = set()
@@ -235,6 +238,7 @@ class StreamTranslator:
         try:
             events = self.decoder.decode(payload)
         except TranslationError as err:
+            self.translation_failed = True
             events = [error_event(err)]
         return self._emit(events)
 
@@ -279,6 +283,7 @@ class StreamTranslator:
         except TranslationError as err:
             if kind == "error":
                 raise
+            self.translation_failed = True
             self._encode(error_event(err), out)
             return
         for item in wire:

@@ -225,6 +225,8 @@ class Proxy:
         finally:
             # Both observers report canonical usage: the engine's translator, and StreamUsage.
             info.update(usage.normalise(usage.CANONICAL, getattr(relay.observer, "usage", None)) or {})
+            if getattr(relay.observer, "translation_failed", False):
+                info["translation_error"] = "stream"
         if info["outcome"] != "client_disconnected":
             try:
                 await response.write_eof()

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from harness import CLIENT_KEY
-from proxai.mock import Error, Json, Text, Turn, Usage
+from proxai.mock import Stream, Error, Json, Text, Turn, Usage
 from test_passthrough_e2e import MESSAGES, raw_post
 
 
@@ -75,6 +75,25 @@ def test_translation_errors_are_counted(start_proxy, mock):
     assert (status, status2) == (400, 502)
     assert value(s, "proxai_translation_errors_total", client_protocol=chat, provider_protocol=ant, direction="request") == 1
     assert value(s, "proxai_translation_errors_total", client_protocol=chat, provider_protocol=ant, direction="response") == 1
+
+
+def test_mid_stream_translation_errors_are_counted(start_proxy, mock):
+    p = start_proxy()
+    # A tool call whose streamed arguments are not JSON: the translator ends the stream with an error.
+    mock.enqueue(Stream(events=[
+        ("message_start", {"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+                                                                "model": "c", "content": [], "stop_reason": None,
+                                                                "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 0}}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{not json"}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    ]))
+    status, _, body = raw_post(p.url, "/v1/chat/completions", {"model": "anthropic/c", "messages": MESSAGES, "stream": True})
+    assert status == 200 and b'"error"' in body and b"[DONE]" not in body
+    s = scrape(p.url)
+    assert value(s, "proxai_translation_errors_total", client_protocol="openai_chat_completions",
+                 provider_protocol="anthropic_messages", direction="stream") == 1
 
 
 def test_registries_are_per_app(start_proxy, mock):
