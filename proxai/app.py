@@ -7,6 +7,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 import time
 import traceback
 from typing import Any
@@ -324,7 +325,7 @@ class Proxy:
         return await self._stream(request, relay, upstream, info)
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "mode": "demo" if self.demo else "config"})
+        return web.json_response({"status": "ok", "mode": "demo" if self.demo else "config", "pid": os.getpid()})
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         settings = self.config.server.metrics

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import ipaddress
 import logging
+import os
 import signal
 import sys
 from typing import Sequence
@@ -90,6 +91,8 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=int, help=f"port to bind (default: server.port, else {DEFAULT_PORT}; 0 = any free port)")
     parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"], help="overrides logging.level")
     parser.add_argument("--log-format", choices=["human", "json"], help="overrides logging.format")
+    parser.add_argument("--workers", type=int, default=1, metavar="N",
+                        help="run N server processes on the same port (SO_REUSEPORT); default 1")
     parser.add_argument("--capture", metavar="PHASES", type=_capture_phases,
                         help="overrides the capture: section: all, none, or a comma list of inbound_request, "
                              "provider_request, upstream_response, outbound_response")
@@ -124,18 +127,38 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     if args.capture is not None:
         config = dataclasses.replace(config, capture=args.capture)
     logs.setup(args.log_level or config.log_level, args.log_format or config.log_format)
+    if args.workers < 1:
+        print("proxai: --workers must be at least 1", file=sys.stderr)
+        return 2
+
+    def build():
+        return build_app(config if args.config else None, server=config.server, capture_phases=config.capture)
+
     try:
-        app = build_app(config if args.config else None, server=config.server, capture_phases=config.capture)
+        app = build()  # also checks, before any worker starts, that the rules load
     except Exception as exc:  # the user's override rules failed to load
         print(f"proxai: cannot start: {exc}", file=sys.stderr)
         return 1
-    try:
-        return asyncio.run(_serve(app, config.server.host, config.server.port, args.config))
-    except KeyboardInterrupt:
-        return 0
+    if args.workers == 1:
+        try:
+            return asyncio.run(_serve(app, config.server.host, config.server.port, args.config))
+        except KeyboardInterrupt:
+            return 0
+    from proxai import workers
+
+    port = workers.resolve_port(config.server.host, config.server.port)
+    mode = f"config file {args.config}" if args.config else "demo mode (built-in mock upstreams, no API keys needed)"
+    log.info("ProxAI %s serving %s on http://%s:%d with %d workers", __version__, mode, _url_host(config.server.host),
+             port, args.workers)
+    del app  # each worker builds its own app after the fork
+
+    def run_worker(index: int) -> int:
+        return asyncio.run(_serve(build(), config.server.host, port, args.config, reuse_port=True))
+
+    return workers.supervise(args.workers, run_worker)
 
 
-async def _serve(app, host: str, port: int, config_file: str | None) -> int:
+async def _serve(app, host: str, port: int, config_file: str | None, reuse_port: bool = False) -> int:
     from proxai.app import PROXY_KEY, make_runner
 
     runner = make_runner(app)
@@ -143,7 +166,7 @@ async def _serve(app, host: str, port: int, config_file: str | None) -> int:
     try:
         from aiohttp import web
 
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         try:
             await site.start()
         except OSError as exc:
@@ -152,7 +175,9 @@ async def _serve(app, host: str, port: int, config_file: str | None) -> int:
         bound_host, bound_port = runner.addresses[0][:2]
         url = f"http://{_url_host(bound_host)}:{bound_port}"
         proxy = app[PROXY_KEY]
-        if config_file:
+        if reuse_port:
+            log.info("worker pid %d serving on %s", os.getpid(), url)
+        elif config_file:
             log.info("ProxAI %s serving config file %s on %s", __version__, config_file, url)
         else:
             log.info("ProxAI %s serving demo mode (built-in mock upstreams, no API keys needed) on %s", __version__, url)
