@@ -16,6 +16,8 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+import engine
+
 from proxai import capture, ingress, requestid, usage
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
@@ -57,23 +59,10 @@ class Proxy:
         # None when capture is off: the request path then creates no capture object at all.
         self.recorder = capture.Recorder(phases) if phases else None
         self.metrics = Metrics(in_flight=lambda: self.active)
-        self.engine: Any = None
-        self.engine_problem: str | None = None
+        # Rules load once, here; a broken rule file (built-in or the config's rules_dir)
+        # stops startup with file:line rather than failing requests later.
+        self.engine = engine.Engine.load(config.rules_dir)
         self._mock_runner: web.AppRunner | None = None
-        self._load_engine()
-
-    def _load_engine(self) -> None:
-        try:
-            import engine
-        except ImportError as exc:
-            self.engine_problem = f"translation engine not available ({exc})"
-            return
-        try:
-            self.engine = engine.Engine.load(self.config.rules_dir)
-        except Exception as exc:
-            if self.config.rules_dir:
-                raise  # the user's own rules are broken: refuse to start
-            self.engine_problem = f"translation engine failed to load its built-in rules ({type(exc).__name__}: {exc})"
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -261,12 +250,6 @@ class Proxy:
     async def _translate(
         self, request: web.Request, protocol: str, match: RouteMatch, body: dict, stream: bool, info: dict
     ) -> web.StreamResponse:
-        if self.engine is None:
-            raise E.TranslationUnavailable(
-                f"translation from {protocol} to {match.provider.protocol} is not available on this server"
-            )
-        import engine
-
         provider = match.provider
         ctx = engine.Context(
             client_protocol=protocol,

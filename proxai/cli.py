@@ -184,8 +184,6 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
         if proxy.recorder is not None:
             log.warning("capturing %s to %s (files hold prompts and responses; not API keys)",
                         ", ".join(p for p in CAPTURE_PHASES if p in proxy.recorder.phases), proxy.recorder.root)
-        if proxy.engine_problem:
-            log.warning("%s; requests that need translation get 501", proxy.engine_problem)
         if not proxy.config.server.api_keys and not _is_loopback(host):
             log.warning(
                 "listening on non-loopback address %s without server.api_keys: anyone who can reach it can use your providers",

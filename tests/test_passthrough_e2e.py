@@ -492,13 +492,3 @@ def test_translation_plumbing_non_streaming_and_streaming(start_proxy, mock):
     with pytest.raises(openai.APIError) as exc_info:
         list(client.chat.completions.create(model="anthropic/claude-x", messages=MESSAGES, stream=True))
     assert "terminal" in exc_info.value.message
-
-
-def test_translation_without_engine_is_501_in_the_clients_shape(start_proxy, mock):
-    p = start_proxy()
-    p.proxy.engine = None
-    with pytest.raises(anthropic.APIStatusError) as exc_info:
-        p.anthropic().messages.create(model="chat/gpt-x", max_tokens=5, messages=MESSAGES)
-    assert exc_info.value.status_code == 501
-    assert exc_info.value.body["type"] == "error"
-    assert mock.requests == []
