@@ -1106,3 +1106,15 @@ class TestStreamEndToEnd:
         t = self.translator(eng)
         out = parse_sse(self.feed(t, [msg_start()]) + t.feed(self.SSE("content_block_delta", "{not json")))
         assert out[-1]["type"] == "error"
+
+
+def test_custom_tool_call_in_history_is_rejected_naming_the_call():
+    eng = engine.Engine.load()
+    ctx = engine.Context("openai_chat_completions", "anthropic_messages", provider_name="a")
+    body = {"model": "m", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "run", "input": "x"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "1"}]}
+    with pytest.raises(engine.InvalidRequest) as err:
+        eng.translate_request(ctx, body)
+    assert err.value.param == "messages[1].tool_calls[0]"

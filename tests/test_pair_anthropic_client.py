@@ -260,6 +260,23 @@ class TestReasoningReplay:
         assert msg.content[0].signature == ""
         assert msg.content[1].text == "answer"
 
+    def test_chat_reasoning_content_replayed_as_plain_text(self, mock, anthropic_client):
+        # A Chat provider's reasoning has no opaque state: the client gets signature "",
+        # and on replay the text goes back as reasoning_content (continuation.md: never
+        # forged, but a Chat provider may take it), with no envelope anywhere.
+        mock.enqueue(Turn([Reasoning("let me think"), ToolCall("call_1", "get_weather", '{"city":"Oslo"}')]))
+        first = create(anthropic_client, CHAT_MODEL, tools=TOOLS)
+        assert [b.type for b in first.content] == ["thinking", "tool_use"]
+        mock.enqueue(Turn([Text("Sunny")]))
+        create(anthropic_client, CHAT_MODEL, tools=TOOLS, messages=[
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in first.content]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "call_1", "content": "sunny"}]}])
+        assistant = sent(mock)["messages"][1]
+        assert assistant["role"] == "assistant" and assistant["reasoning_content"] == "let me think"
+        assert assistant["tool_calls"][0]["id"] == "call_1"
+        assert "pxc1." not in str(sent(mock))
+
     def test_foreign_signature_never_reaches_the_provider(self, mock, anthropic_client):
         mock.enqueue(Turn([Text("ok")]))
         create(anthropic_client, RESP_MODEL, messages=[

@@ -456,3 +456,42 @@ def test_unrepresentable_request_is_a_400_naming_the_field(openai_client, mock, 
         openai_client.chat.completions.create(model=model(provider), messages=HI, functions=[{"name": "f"}])
     assert "functions" in str(err.value)
     assert mock.requests == []
+
+
+def test_custom_tool_round_trip_with_a_responses_provider(mock, openai_client):
+    """Custom (free-form) tools exist in Chat and Responses only: lossless between them."""
+    from proxai.mock import Json
+
+    mock.enqueue(Json({
+        "id": "resp_1", "object": "response", "created_at": 1700000000, "model": "up-model", "status": "completed",
+        "output": [{"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_c1", "name": "run_sql",
+                    "input": "SELECT 1;", "status": "completed"}],
+        "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "error": None, "incomplete_details": None,
+        "usage": {"input_tokens": 5, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 3,
+                  "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 8},
+    }))
+    tools = [{"type": "custom", "custom": {"name": "run_sql", "description": "Run SQL",
+                                           "format": {"type": "grammar", "grammar": {"definition": "start: /.+/", "syntax": "lark"}}}}]
+    done = openai_client.chat.completions.create(model=model(R), messages=HI, tools=tools)
+    call = done.choices[0].message.tool_calls[0]
+    assert (call.type, call.id, call.custom.name, call.custom.input) == ("custom", "call_c1", "run_sql", "SELECT 1;")
+    assert done.choices[0].finish_reason == "tool_calls"
+    sent_tool = sent(mock)["tools"][0]
+    assert sent_tool["type"] == "custom" and sent_tool["name"] == "run_sql"
+    assert sent_tool["format"]["grammar"]["definition"] == "start: /.+/"
+    # The result goes back as a custom_tool_call_output linked by call id.
+    mock.enqueue(Turn([Text("one")]))
+    openai_client.chat.completions.create(model=model(R), tools=tools, messages=HI + [
+        {"role": "assistant", "tool_calls": [{"id": "call_c1", "type": "custom", "custom": {"name": "run_sql", "input": "SELECT 1;"}}]},
+        {"role": "tool", "tool_call_id": "call_c1", "content": "1"}])
+    items = sent(mock)["input"]
+    assert {"type": "custom_tool_call", "call_id": "call_c1", "name": "run_sql", "input": "SELECT 1;"}.items() <= items[1].items()
+    assert items[2]["type"] == "custom_tool_call_output" and items[2]["call_id"] == "call_c1" and items[2]["output"] == "1"
+
+
+def test_custom_tool_toward_anthropic_is_a_400(mock, openai_client):
+    tools = [{"type": "custom", "custom": {"name": "run_sql"}}]
+    with pytest.raises(openai.BadRequestError) as err:
+        openai_client.chat.completions.create(model=model(A), messages=HI, tools=tools)
+    assert err.value.body["param"] == "tools[0]" or "tools[0]" in str(err.value.body)
+    assert mock.requests == []

@@ -5,16 +5,47 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 import time
 
 import pytest
 from aiohttp import web
 
-from harness import _serve
+from harness import CLIENT_KEY, PROVIDER_KEYS, _serve
 from proxai.mock import Error, Text, Turn
 from test_passthrough_e2e import raw_post
 from test_stream_integrity import ANTHROPIC, CHAT, PATH, PROTOCOLS, RESPONSES, SHORT, request_body
+
+
+
+class _RunLog(logging.Handler):
+    """Every log record of the test run from collection on, at every level, for the secrets check."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    # The test's own SDK clients log whole requests at DEBUG; they are not the proxy.
+    CLIENT_SIDE = ("openai", "anthropic", "httpx", "httpcore", "hypothesis", "urllib3")
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.name.startswith(self.CLIENT_SIDE):
+            return
+        try:
+            text = record.getMessage()
+        except Exception:
+            text = f"{record.msg} {record.args}"
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+        fields = getattr(record, "fields", None)
+        self.lines.append(f"{record.name} {text} {fields!r}" if fields else f"{record.name} {text}")
+
+
+# Installed at import, i.e. at collection, before any test runs.
+RUN_LOG = _RunLog()
+logging.getLogger().addHandler(RUN_LOG)
+logging.getLogger().setLevel(logging.DEBUG)
 
 CLIENTS = [pytest.param(c, id=SHORT[c]) for c in PROTOCOLS]
 PAIRS = [pytest.param(c, p, id=f"{SHORT[c]}<-{SHORT[p]}") for c in PROTOCOLS for p in PROTOCOLS]
@@ -70,7 +101,8 @@ def test_dns_failure_is_502(start_proxy, harness, client):
     p = start_proxy(_point(harness.default_config(), ANTHROPIC, "http://upstream.proxai-test.invalid"))
     status, headers, body = post(p.url, client, ANTHROPIC)
     assert status == 502
-    assert "cannot reach provider 'anthropic'" in error_of(client, status, headers, body)["message"]
+    message = error_of(client, status, headers, body)["message"]
+    assert "cannot reach provider 'anthropic'" in message and "cannot resolve host" in message
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -80,7 +112,8 @@ def test_tls_failure_is_502(start_proxy, harness, client):
     p = start_proxy(_point(harness.default_config(), CHAT, f"https://127.0.0.1:{port}"))
     status, headers, body = post(p.url, client, CHAT)
     assert status == 502
-    assert "cannot reach provider 'chat'" in error_of(client, status, headers, body)["message"]
+    message = error_of(client, status, headers, body)["message"]
+    assert "cannot reach provider 'chat'" in message and "TLS handshake" in message
 
 
 def _late_app(delay: float) -> web.Application:
@@ -217,3 +250,20 @@ def test_success_answer_that_is_not_json_is_502(proxy, mock, client):
     status, headers, body = post(proxy.url, client, provider)
     assert status == 502
     assert "not JSON" in error_of(client, status, headers, body)["message"]
+
+
+# --- last: the whole run's logs ------------------------------------------------------------------
+
+
+def test_no_secret_or_prompt_in_the_logs_of_the_test_run():
+    """Greps every record logged by every test that ran before this one (the files before this
+    one in the run, this one included) for the keys and prompt texts the suite uses."""
+    from test_hostile_input import PROXY_KEYS
+    from test_passthrough_e2e import MESSAGES
+
+    secrets = [*PROVIDER_KEYS.values(), CLIENT_KEY, *PROXY_KEYS, "proxy-key-1", "proxy-key-2",
+               MESSAGES[0]["content"], "SECRET-PROMPT-TEXT", "PROMPT-SECRET-6f1d"]
+    assert any(line.startswith("proxai.request") for line in RUN_LOG.lines), "no request was logged: a vacuous check"
+    text = "\n".join(RUN_LOG.lines)
+    leaks = {secret: text.count(secret) for secret in secrets if secret in text}
+    assert not leaks, (leaks, [line[:300] for line in RUN_LOG.lines if any(k in line for k in leaks)][:3])
