@@ -9,7 +9,6 @@ what it must be, never the value sent, which may be prompt text.
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -27,17 +26,14 @@ SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "requests"
 MAX_DEPTH = 128
 
 
-@functools.lru_cache(maxsize=None)
-def validator(protocol: str) -> Draft202012Validator:
+def _compile(protocol: str) -> Draft202012Validator:
     schema = json.loads((SCHEMA_DIR / f"{protocol}.json").read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 
 
-def load_all() -> None:
-    """Compile every schema now (startup), so a broken file fails early."""
-    for protocol in PROTOCOLS:
-        validator(protocol)
+# Compiled once, at import: a broken schema file stops the server from starting.
+VALIDATORS = {protocol: _compile(protocol) for protocol in PROTOCOLS}
 
 
 def parse(protocol: str, raw: bytes) -> dict[str, Any]:
@@ -61,14 +57,14 @@ def decode(raw: bytes) -> dict[str, Any]:
 
 
 def _decode_slow(raw: bytes) -> Any:
-    """orjson refuses integers beyond 64 bits, which are still valid JSON; so does the stdlib fallback
-    once it is sure the text is valid UTF-8 without lone surrogates."""
+    """The stdlib parser, for what orjson refuses although JSON allows it (integers beyond 64 bits).
+    It still refuses invalid UTF-8, NaN and Infinity, and unpaired surrogate escapes."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InvalidRequest(f"request body is not valid UTF-8 (byte {exc.start})") from None
     try:
-        body = json.loads(text)
+        body = json.loads(text, parse_constant=_reject_constant)
     except RecursionError:
         raise InvalidRequest(f"request body is nested more than {MAX_DEPTH} levels deep") from None
     except ValueError as exc:
@@ -84,23 +80,28 @@ def _decode_slow(raw: bytes) -> Any:
     return body
 
 
+def _reject_constant(name: str) -> Any:
+    # NaN and Infinity are not JSON, though Python's parser takes them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
 def _check_depth(raw: bytes, body: dict) -> None:
     if raw.count(b"{") + raw.count(b"[") <= MAX_DEPTH:
         return  # cannot be that deep: skip the walk
-    stack: list[tuple[Any, int]] = [(body, 1)]
-    while stack:
-        node, depth = stack.pop()
+    level: list = [body]
+    depth = 1
+    while level:
         if depth > MAX_DEPTH:
             raise InvalidRequest(f"request body is nested more than {MAX_DEPTH} levels deep")
-        children = node.values() if isinstance(node, dict) else node
-        for child in children:
-            if isinstance(child, (dict, list)) and child:
-                stack.append((child, depth + 1))
+        # one level at a time: the comprehensions keep this cheap on large bodies
+        level = [c for node in level for c in (node.values() if type(node) is dict else node)
+                 if type(c) is dict or type(c) is list]
+        depth += 1
 
 
 def check(protocol: str, body: dict[str, Any]) -> None:
     """Raise InvalidRequest naming the first field whose top-level shape is wrong."""
-    v = validator(protocol)
+    v = VALIDATORS[protocol]
     error = _first_error(v, body)
     if error is not None:
         raise _describe(error, body)

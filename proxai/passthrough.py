@@ -2,9 +2,10 @@
 
 `StreamRelay` is shared by both kinds of stream:
 
-* pass-through (same protocol): the upstream bytes are written unchanged as
-  they arrive; a `PassthroughWatch` only observes the events for the terminal
-  signal, tool-argument state and upstream error events;
+* pass-through (same protocol): each upstream event's bytes are written
+  unchanged as soon as the event is complete; a `PassthroughWatch` observes
+  the events for the terminal signal, tool-argument state, upstream error
+  events and malformed events (replaced by an error, never relayed);
 * translation: each parsed event is fed to the engine's stream translator and
   its output written.
 
@@ -53,6 +54,7 @@ class PassthroughWatch:
         self.complete = False
         self.failed = False
         self.failed_here = False  # the failure is the proxy's own (EOF, stall, malformed), not the upstream's
+        self.error_seen = False  # Responses: the provider sent an `error` event
         self.in_tool_arguments = False
         self.usage: dict[str, Any] | None = None
         self.finish_seen = False  # Chat: a chunk with finish_reason arrived
@@ -110,7 +112,9 @@ class PassthroughWatch:
                 self.complete = True
             self.in_tool_arguments = False
         elif name == "error":
-            self.failed = True
+            # Not terminal: a `response.failed` normally follows, and is relayed too.
+            self.error_seen = True
+            self.in_tool_arguments = False
         elif name == "response.created" or name == "response.in_progress":
             if isinstance(payload.get("response"), dict):
                 self._snapshot = payload["response"]
@@ -141,6 +145,9 @@ class PassthroughWatch:
     def eof(self) -> list[bytes]:
         if self.complete or self.failed:
             return []
+        if self.error_seen:  # the provider already reported its failure to the client
+            self.failed = True
+            return []
         if self.protocol == CHAT and self.finish_seen:
             # decisions.md #12: several servers omit [DONE] after the finish chunk.
             self.complete = True
@@ -152,6 +159,8 @@ class PassthroughWatch:
         if self.complete or self.failed:
             return []
         self.failed = self.failed_here = True
+        if self.error_seen:
+            return []  # the client already has the provider's error event; a second would mislead
         self.in_tool_arguments = False
         err = StreamError(message, status=status)
         if self.protocol != RESPONSES:
@@ -198,6 +207,13 @@ class StreamRelay:
         self.outcome = "open"
 
     @property
+    def _broken(self) -> bool:
+        """The stream is over. In pass-through, what follows the provider's own error is still its
+        to say and is relayed unchanged; after a failure the proxy declared, nothing is."""
+        observer = self.observer
+        return observer.failed and (not self.raw or getattr(observer, "failed_here", False))
+
+    @property
     def _tool_stall_applies(self) -> bool:
         return self.observer.in_tool_arguments and self.tool_call_timeout < self.idle_timeout
 
@@ -214,10 +230,10 @@ class StreamRelay:
         out: list[bytes] = []
         observer = self.observer
         for raw, event in self.parser.feed_raw(chunk):
-            if observer.failed:
-                break  # nothing follows a failure
+            if self._broken:
+                break  # nothing follows a failure of the proxy's making
             if event is None:  # comment or keep-alive
-                if self.raw and not observer.complete:
+                if self.raw:
                     out.append(raw)
                 continue
             self._seen_event = True
@@ -254,16 +270,16 @@ class StreamRelay:
         try:
             await self._write_all(client, self._pending)
             self._pending.clear()
-            while not observer.failed:
+            while not self._broken:
                 try:
                     chunk = await self._read()
                 except (aiohttp.ClientError, ConnectionError) as exc:
-                    if observer.complete:
+                    if observer.complete or observer.failed:
                         break
                     await self._write_all(client, observer.fail("upstream_reset", f"the provider connection failed mid-stream ({type(exc).__name__})"))
                     return self._finish("incomplete:upstream_reset")
                 if chunk is None:
-                    if observer.complete:
+                    if observer.complete or observer.failed:
                         break
                     if self._tool_stall_applies:
                         msg = f"tool call arguments stalled for {self.tool_call_timeout:g}s"

@@ -61,11 +61,6 @@ class SSEParser:
         self._buf = buf[start:]
         return blocks
 
-    @property
-    def pending(self) -> bytes:
-        """Bytes of an event not yet terminated by a blank line."""
-        return self._buf
-
     def close(self) -> bytes:
         """End of stream: bytes not terminated by a blank line are not an event; they are returned."""
         rest, self._buf = self._buf, b""

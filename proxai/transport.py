@@ -104,6 +104,21 @@ async def read_body(resp: aiohttp.ClientResponse, provider: ProviderConfig, limi
 
 
 def _describe(exc: BaseException) -> str:
+    """A short, safe reason: the kind of failure and the host, never request content."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"connection to {exc.host}:{exc.port} failed ({exc.os_error.strerror or type(exc.os_error).__name__})"
+        where = f"{exc.host}:{exc.port}"
+        reason = _reason(getattr(exc, "os_error", None))
+        if isinstance(exc, aiohttp.ClientSSLError):
+            return f"TLS handshake with {where} failed ({reason})"
+        if isinstance(exc, getattr(aiohttp, "ClientConnectorDNSError", ())):
+            return f"cannot resolve host {exc.host} ({reason})"
+        return f"connection to {where} failed ({reason})"
+    if isinstance(exc, aiohttp.ClientSSLError):
+        return f"TLS failure ({type(exc).__name__})"
     return type(exc).__name__
+
+
+def _reason(err: BaseException | None) -> str:
+    if err is None:
+        return "unknown error"
+    return getattr(err, "reason", None) or getattr(err, "strerror", None) or type(err).__name__

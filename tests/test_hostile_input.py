@@ -278,3 +278,10 @@ def test_keys_and_prompts_never_reach_logs_error_bodies_or_capture_names(start_p
         data = path.read_bytes()
         for secret in [*PROXY_KEYS, *PROVIDER_KEYS.values()]:
             assert secret.encode() not in data, (path.name, secret)
+
+
+def test_the_proxy_listens_on_loopback_unless_told_otherwise(harness):
+    from proxai.config import ServerConfig, load_dict
+
+    assert ServerConfig().host == "127.0.0.1"
+    assert load_dict(harness.default_config(), {}).server.host == "127.0.0.1"

@@ -187,6 +187,9 @@ def test_upstream_error_event_mid_stream_reaches_the_client_as_an_error(proxy, m
         elif rec.protocol == RESPONSES:
             events.append(("error", {"type": "error", "code": "server_error", "message": "Overloaded", "param": None,
                                      "sequence_number": 3}))
+            snapshot = {**json.loads(json.dumps(events[0][1]))["response"], "status": "failed",
+                        "error": {"code": "server_error", "message": "Overloaded"}}
+            events.append(("response.failed", {"type": "response.failed", "response": snapshot, "sequence_number": 4}))
         else:
             events.append(("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}))
         return Stream(events=events)
@@ -194,13 +197,24 @@ def test_upstream_error_event_mid_stream_reaches_the_client_as_an_error(proxy, m
     mock.enqueue(reply)
     status, raw, _ = stream_once(proxy.url, client, provider)
     assert status == 200
-    if client == RESPONSES and provider == RESPONSES:
-        # pass-through relays the provider's own `error` event unchanged and adds nothing
-        events = parse_stream(raw)
-        assert events[-1][0] == "error" and "response.completed" not in raw.decode()
-        return
     assert outcome(client, raw) == "error"
+    if client == provider:
+        assert raw.count(b"Overloaded") == (2 if client == RESPONSES else 1)  # relayed as sent, nothing added
     assert "Overloaded" in error_message(client, raw)
+
+
+def test_responses_error_event_then_eof_in_pass_through_gets_no_second_error(proxy, mock):
+    def reply(rec):
+        events = wire(rec, TURN)[:3]
+        events.append(("error", {"type": "error", "code": "server_error", "message": "Overloaded", "param": None,
+                                 "sequence_number": 3}))
+        return Stream(events=events)
+
+    mock.enqueue(reply)
+    status, raw, _ = stream_once(proxy.url, RESPONSES, RESPONSES)
+    assert status == 200
+    names = [name for name, _ in parse_stream(raw)]
+    assert names[-1] == "error" and names.count("error") == 1 and "response.completed" not in names
 
 
 # --- stalls and idle timeouts ------------------------------------------------------------------
