@@ -11,7 +11,6 @@ Exception hierarchy:
     + MethodNotAllowed - 405: known path, wrong method.
     + RequestTooLarge - 413: body over server.max_request_body_bytes.
     + Overloaded - 503: server.max_concurrent_requests reached.
-    + TranslationUnavailable - 501: the translation engine could not be loaded.
     + InternalError - 500: a bug; the body never carries internals.
     + UpstreamFailure - the provider failed us.
         - UpstreamError - the provider answered non-2xx; its status is kept.
@@ -113,11 +112,6 @@ class RequestTooLarge(ProxyError):
 class Overloaded(ProxyError):
     status = 503
     kind = "overloaded"
-
-
-class TranslationUnavailable(ProxyError):
-    status = 501
-    kind = "internal"
 
 
 class InternalError(ProxyError):

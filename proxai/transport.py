@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Mapping
 
 import aiohttp
@@ -43,6 +44,13 @@ def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str]
     return headers
 
 
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+def _proxy_configured() -> bool:
+    return any(os.environ.get(name) for name in _PROXY_VARIABLES)
+
+
 class Transport:
     """The pooled session; created on app startup, closed on cleanup."""
 
@@ -56,7 +64,9 @@ class Transport:
             connector=connector,
             timeout=aiohttp.ClientTimeout(total=None),
             skip_auto_headers=("User-Agent",),
-            trust_env=True,
+            # Honouring HTTP(S)_PROXY costs aiohttp two thread hops per request (env and
+            # netrc lookups), so it is on only when a proxy is configured at startup.
+            trust_env=_proxy_configured(),
         )
 
     async def close(self) -> None:
