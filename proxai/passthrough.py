@@ -329,6 +329,12 @@ class StreamRelay:
 
     @staticmethod
     async def _write_all(client: web.StreamResponse, blobs: list[bytes]) -> None:
-        for blob in blobs:
-            if blob:
-                await client.write(blob)
+        # Events produced by one upstream read are ready at the same instant: one write
+        # (one send) for all of them delays none, and saves a syscall per event.
+        if len(blobs) == 1:
+            if blobs[0]:
+                await client.write(blobs[0])
+        elif blobs:
+            data = b"".join(blobs)
+            if data:
+                await client.write(data)
