@@ -62,6 +62,9 @@ class Transport:
         connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=30)
         self.session = aiohttp.ClientSession(
             connector=connector,
+            # One session serves every client: a provider's Set-Cookie must not ride
+            # along on other clients' requests.
+            cookie_jar=aiohttp.DummyCookieJar(),
             timeout=aiohttp.ClientTimeout(total=None),
             skip_auto_headers=("User-Agent",),
             # Honouring HTTP(S)_PROXY costs aiohttp two thread hops per request (env and

@@ -492,3 +492,19 @@ def test_translation_plumbing_non_streaming_and_streaming(start_proxy, mock):
     with pytest.raises(openai.APIError) as exc_info:
         list(client.chat.completions.create(model="anthropic/claude-x", messages=MESSAGES, stream=True))
     assert "terminal" in exc_info.value.message
+
+
+def test_provider_cookies_are_not_replayed_to_other_requests(harness, start_proxy, mock):
+    from proxai.mock import Json
+
+    config = harness.default_config()
+    # A host name, not an IP: a cookie jar would keep cookies for it.
+    config["providers"]["chat"]["base_url"] = config["providers"]["chat"]["base_url"].replace("127.0.0.1", "localhost")
+    client = start_proxy(config).openai()
+    completion = {"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+                  "choices": [{"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}]}
+    mock.enqueue(Json(completion, headers={"Set-Cookie": "__cf_bm=tenant-a; Path=/"}))
+    mock.enqueue(Json(completion))
+    client.chat.completions.create(model="m", messages=MESSAGES)
+    client.chat.completions.create(model="m", messages=MESSAGES)
+    assert len(mock.requests) == 2 and "cookie" not in mock.requests[1].headers
