@@ -19,6 +19,8 @@ class Context:
     continuation_secret: str | None = None
     max_tokens_default: int | None = None
     drop_sampling: bool = False
+    # Chat providers: the output-limit field to send (older servers know only max_tokens).
+    max_tokens_field: str = "max_completion_tokens"
     # Wire names the client used for canonical fields (filled by request decoders) so a
     # rejection by the provider's encoder can name the client's own field.
     param_names: dict = field(default_factory=dict)
@@ -44,6 +46,7 @@ class Context:
             "continuation_enabled": self.continuation_enabled,
             "max_tokens_default": self.max_tokens_default or DEFAULT_MAX_TOKENS,
             "drop_sampling": self.drop_sampling,
+            "max_tokens_field": self.max_tokens_field,
             "include_usage": bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
             "client_body": body,
         }

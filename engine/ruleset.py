@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,17 @@ from .errors import RuleError
 from .tables import Table
 from .template import _MISS
 
-ROOT = Path(__file__).resolve().parent.parent
+def _data_root() -> Path:
+    """Where rules/ and schemas/ live: beside the packages in a source checkout or an
+    editable install, under <prefix>/share/proxai in a regular install."""
+    source = Path(__file__).resolve().parent.parent
+    if (source / "rules").is_dir():
+        return source
+    installed = Path(sys.prefix) / "share" / "proxai"
+    return installed if (installed / "rules").is_dir() else source
+
+
+ROOT = _data_root()
 BUILTIN_RULES = ROOT / "rules"
 SCHEMAS = ROOT / "schemas"
 

@@ -17,9 +17,10 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from proxai.errors import ANTHROPIC, ConfigError
+from proxai.errors import ANTHROPIC, CHAT, ConfigError
+from engine.ruleset import SCHEMAS
 
-SCHEMA_FILE = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.json"
+SCHEMA_FILE = SCHEMAS / "config.schema.json"
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 18080
@@ -53,6 +54,7 @@ class ProviderConfig:
     anthropic_version: str = "2023-06-01"
     auth: str = "x-api-key"
     drop_sampling: bool = False
+    max_tokens_field: str = "max_completion_tokens"
 
     def __repr__(self) -> str:  # never show the key
         return f"ProviderConfig(name={self.name!r}, protocol={self.protocol!r}, base_url={self.base_url!r})"
@@ -296,6 +298,7 @@ def _build(doc: dict[str, Any]) -> Config:
 
 
 _ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling")
+_CHAT_ONLY = ("max_tokens_field",)
 
 
 def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
@@ -308,6 +311,10 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
             for key in _ANTHROPIC_ONLY:
                 if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
                     problems.append((f"providers.{name}.{key}", "only valid for anthropic_messages providers"))
+        if p.protocol != CHAT:
+            for key in _CHAT_ONLY:
+                if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
+                    problems.append((f"providers.{name}.{key}", "only valid for openai_chat_completions providers"))
     for protocol, provider in cfg.default_providers.items():
         if provider not in cfg.providers:
             problems.append((f"routing.default_providers.{protocol}", f"unknown provider {provider!r}"))

@@ -29,20 +29,20 @@ from __future__ import annotations
 
 import functools
 import re
-from pathlib import Path
 from typing import Any, Mapping
 
 import orjson
 import yaml
 
 from proxai.sse import encode_event
+from engine.ruleset import BUILTIN_RULES
 
 CHAT = "openai_chat_completions"
 RESPONSES = "openai_responses"
 ANTHROPIC = "anthropic_messages"
 PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC)
 
-TABLES_FILE = Path(__file__).resolve().parent.parent / "rules" / "tables" / "errors.yaml"
+TABLES_FILE = BUILTIN_RULES / "tables" / "errors.yaml"
 
 
 class ConfigError(Exception):

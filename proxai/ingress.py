@@ -10,7 +10,6 @@ what it must be, never the value sent, which may be prompt text.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -18,8 +17,9 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from proxai.errors import PROTOCOLS, InvalidRequest
+from engine.ruleset import SCHEMAS
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas" / "requests"
+SCHEMA_DIR = SCHEMAS / "requests"
 
 # Deeper documents are refused: translation walks bodies recursively, and an
 # unbounded depth would turn a hostile body into a crash instead of a 400.

@@ -194,3 +194,17 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read"):
         load_file(tmp_path / "nope.yaml")
+
+
+def test_max_tokens_field_is_a_chat_provider_option():
+    from proxai.config import load_dict
+    from proxai.errors import ConfigError
+
+    doc = {"providers": {"a": {"protocol": "anthropic_messages", "base_url": "http://x", "api_key": "k",
+                               "max_tokens_field": "max_tokens"}}}
+    with pytest.raises(ConfigError) as err:
+        load_dict(doc, {})
+    assert ("providers.a.max_tokens_field", "only valid for openai_chat_completions providers") in err.value.problems
+    ok = {"providers": {"c": {"protocol": "openai_chat_completions", "base_url": "http://x", "api_key": "k",
+                              "max_tokens_field": "max_tokens"}}}
+    assert load_dict(ok, {}).providers["c"].max_tokens_field == "max_tokens"

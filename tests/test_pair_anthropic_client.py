@@ -287,3 +287,15 @@ class TestReasoningReplay:
             {"role": "user", "content": "more"}])
         body = str(sent(mock))
         assert "real-anthropic-signature" not in body and "real-anthropic-data" not in body
+
+
+@pytest.mark.parametrize("field", ["max_completion_tokens", "max_tokens"])
+def test_chat_provider_max_tokens_field_option(harness, start_proxy, mock, field):
+    config = harness.default_config()
+    config["providers"]["chat"]["max_tokens_field"] = field
+    client = start_proxy(config).anthropic()
+    mock.enqueue(Turn([Text("ok")]))
+    client.messages.create(model=CHAT_MODEL, max_tokens=77, messages=[{"role": "user", "content": "hi"}])
+    body = sent(mock)
+    other = {"max_completion_tokens", "max_tokens"} - {field}
+    assert body[field] == 77 and not other & set(body)
