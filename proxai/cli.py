@@ -141,7 +141,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         return 1
     if args.workers == 1:
         try:
-            return asyncio.run(_serve(app, config.server.host, config.server.port, args.config))
+            return _run(_serve(app, config.server.host, config.server.port, args.config))
         except KeyboardInterrupt:
             return 0
     from proxai import workers
@@ -153,9 +153,21 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     del app  # each worker builds its own app after the fork
 
     def run_worker(index: int) -> int:
-        return asyncio.run(_serve(build(), config.server.host, port, args.config, reuse_port=True))
+        return _run(_serve(build(), config.server.host, port, args.config, reuse_port=True))
 
     return workers.supervise(args.workers, run_worker)
+
+
+def _run(coro) -> int:
+    """Run the server loop: uvloop when it is installed (the `fast` extra), else asyncio's."""
+    if os.environ.get("PROXAI_EVENT_LOOP", "auto") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.run(coro)
+    return asyncio.run(coro)
 
 
 async def _serve(app, host: str, port: int, config_file: str | None, reuse_port: bool = False) -> int:
