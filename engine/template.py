@@ -341,7 +341,10 @@ def compile_let(c: Compiler, node) -> Fn:
     body = c.compile(node.get("$in"), node)
 
     def run(scope):
-        return body(scope.at(scope.cur, **{k: fn(scope) for k, fn in binds}))
+        bound = dict(scope.vars)
+        for name, fn in binds:
+            bound[name] = fn(scope)
+        return body(Scope(scope.cur, bound, scope.path, scope.ctx, scope.run))
     return run
 
 

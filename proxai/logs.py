@@ -12,6 +12,7 @@ it onto each record.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 from typing import IO, Any
@@ -50,11 +51,26 @@ class _HumanFormatter(logging.Formatter):
         return line
 
 
+_NEEDS_QUOTES = re.compile(r'[\s"=]')
+
+
 def _human(value: Any) -> str:
-    text = str(value)
-    if not text or any(c.isspace() or c in '"=' for c in text):
+    text = value if type(value) is str else str(value)
+    if not text or _NEEDS_QUOTES.search(text):
         return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return text
+
+
+class _Summary:
+    """The human summary line, built only if a handler formats the message."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict[str, Any]):
+        self.fields = fields
+
+    def __str__(self) -> str:
+        return " ".join(f"{k}={_human(v)}" for k, v in self.fields.items() if v is not None)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -101,5 +117,5 @@ def log_request(**fields: Any) -> None:
     ordered = {k: fields.get(k) for k in _FIELDS}
     status = fields.get("status") or 0
     level = logging.WARNING if status >= 500 or str(fields.get("outcome", "")).startswith("incomplete") else logging.INFO
-    summary = " ".join(f"{k}={_human(v)}" for k, v in ordered.items() if v is not None)
-    request_log.log(level, "%s", summary, extra={"fields": ordered, "request_id": fields.get("request_id")})
+    if request_log.isEnabledFor(level):
+        request_log.log(level, "%s", _Summary(ordered), extra={"fields": ordered, "request_id": fields.get("request_id")})
