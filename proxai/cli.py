@@ -184,6 +184,14 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
         except OSError as exc:
             print(f"proxai: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
             return 1
+        # Before the first log line, which tells a supervisor the server is up.
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError):
+                pass
         bound_host, bound_port = runner.addresses[0][:2]
         url = f"http://{_url_host(bound_host)}:{bound_port}"
         proxy = app[PROXY_KEY]
@@ -201,13 +209,6 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
                 "listening on non-loopback address %s without server.api_keys: anyone who can reach it can use your providers",
                 host,
             )
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                loop.add_signal_handler(sig, stop.set)
-            except (NotImplementedError, RuntimeError):
-                pass
         await stop.wait()
         log.info("shutting down")
         return 0

@@ -184,3 +184,19 @@ def test_server_py_rejects_bad_arguments(args):
     proc = subprocess.run([sys.executable, str(ROOT / "server.py"), *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=30)
     assert proc.returncode == 2
+
+
+def test_non_loopback_bind_without_api_keys_warns(tmp_path):
+    server = ServerProcess(["--host", "0.0.0.0"])
+    try:
+        second = server.proc.stderr.readline()
+    finally:
+        code, err = server.stop()
+    assert code == 0
+    assert "WARNING" in second and "non-loopback address 0.0.0.0 without server.api_keys" in second
+
+
+def test_loopback_bind_does_not_warn():
+    server = ServerProcess([])
+    code, err = server.stop()
+    assert code == 0 and "non-loopback" not in err
