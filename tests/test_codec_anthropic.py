@@ -13,6 +13,7 @@ import pytest
 from pydantic import TypeAdapter
 
 import engine
+from ir_helpers import strip_paths
 from anthropic.lib.streaming._messages import accumulate_event
 from anthropic.types import Message, RawMessageStreamEvent
 from engine.hooks import continuation
@@ -32,12 +33,6 @@ def ctx(client=A, provider=CHAT, body=None, name="p", **kw):
     return engine.Context(client_protocol=client, provider_protocol=provider, provider_name=name, client_body=body, **kw)
 
 
-def strip_paths(value):
-    if isinstance(value, dict):
-        return {k: strip_paths(v) for k, v in value.items() if k != "_path"}
-    if isinstance(value, list):
-        return [strip_paths(v) for v in value]
-    return value
 
 
 def decode(eng, body, provider=CHAT, **kw):

@@ -17,6 +17,7 @@ import pytest
 from openai.lib.streaming.chat._completions import ChatCompletionStreamState
 
 import engine
+from ir_helpers import strip_paths as strip
 from engine.hooks import HOOKS
 from engine.hooks import continuation
 from engine.ruleset import BUILTIN_RULES
@@ -46,13 +47,6 @@ def make_ctx(client=CHAT, provider=CHAT, body=None, **kw):
                           client_body=body if body is not None else {}, **kw)
 
 
-def strip(value):
-    """IR without the engine's `_path` annotations."""
-    if isinstance(value, dict):
-        return {k: strip(v) for k, v in value.items() if k != "_path"}
-    if isinstance(value, list):
-        return [strip(v) for v in value]
-    return value
 
 
 def decode(eng, body, provider=ANTHROPIC, **kw):

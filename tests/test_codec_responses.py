@@ -16,6 +16,7 @@ from openai.lib.streaming.responses._responses import ResponseStreamState
 from openai.types.responses import Response, ResponseStreamEvent
 
 import engine
+from ir_helpers import strip_paths
 from engine.hooks import continuation
 from engine.stream import StreamRules, StreamRun, StreamTranslator
 from engine.template import Compiler
@@ -38,12 +39,6 @@ def ctx(client=R, provider=A, body=None, name="p", **kw):
                           client_body=body if body is not None else {}, **kw)
 
 
-def strip_paths(value):
-    if isinstance(value, dict):
-        return {k: strip_paths(v) for k, v in value.items() if k != "_path"}
-    if isinstance(value, list):
-        return [strip_paths(v) for v in value]
-    return value
 
 
 def decode(eng, body, provider=A, **kw):
