@@ -180,19 +180,27 @@ def compile_map(c: Compiler, node) -> Fn:
             scope.fail(f"expected a list, got {type(items).__name__}", source if simple else None)
         out = []
         base = scope.path
+        prefix = (f"{base}.{source}[" if base else f"{source}[") if simple else None
+        annotate = scope.run.annotate_paths
+        # One variables dict for the whole list: items are evaluated one after the
+        # other, and a nested $let or $map copies before it binds.
+        bound = dict(scope.vars)
+        bound["parent"] = scope.cur
+        ctx, run_ = scope.ctx, scope.run
         for i, item in enumerate(items):
-            path = (f"{base}.{source}[{i}]" if base else f"{source}[{i}]") if simple else base
-            if isinstance(item, dict) and not scope.run.annotate_paths and "_path" in item:
+            path = f"{prefix}{i}]" if prefix is not None else base
+            if not annotate and type(item) is dict and "_path" in item:
                 path = item["_path"]
-            inner = scope.at(item, path, parent=scope.cur, index=i)
+            bound["index"] = i
+            inner = Scope(item, bound, path, ctx, run_)
             if where is not None and not _expr.truthy(where(inner)):
                 continue
             value = each(inner)
             if value is None:
                 continue
-            if scope.run.annotate_paths and isinstance(value, dict) and value is not item and "_path" not in value:
+            if annotate and type(value) is dict and value is not item and "_path" not in value:
                 value["_path"] = path
-            if flat and isinstance(value, list):
+            if flat and type(value) is list:
                 out.extend(value)
             else:
                 out.append(value)
