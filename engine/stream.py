@@ -185,10 +185,10 @@ class BlockSerializer:
         return out
 
 
-def error_event(err: Exception, status: int = 502) -> dict:
-    message = getattr(err, "message", None) or str(err)
-    return {"type": "error", "status": getattr(err, "status", status) if isinstance(err, TranslationError) and err.status != 500 else status,
-            "error_type": "upstream_protocol_error", "message": message}
+def error_event(err: TranslationError) -> dict:
+    """The IR error for a source event the rules could not translate. It is the
+    provider's fault as far as the client can tell: 502, whatever the error class."""
+    return {"type": "error", "status": 502, "error_type": "upstream_protocol_error", "message": err.message or str(err)}
 
 
 class StreamTranslator:
