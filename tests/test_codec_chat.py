@@ -771,6 +771,21 @@ def kinds(events):
 
 
 class TestStreamDecode:
+    def test_tool_calls_without_index_are_told_apart_by_id(self, eng):
+        # Some OpenAI-compatible servers omit tool_calls[].index and send each call whole.
+        def call(id=None, name=None, args=None):
+            body = {"function": {k: v for k, v in (("name", name), ("arguments", args)) if v is not None}}
+            if id:
+                body.update(id=id, type="function")
+            return chunk({"tool_calls": [body]})
+        events, st = run_decoder(eng, [FIRST, call("call_a", "f", '{"a":'), call(args="1}"), call("call_b", "g", "{}"),
+                                       chunk({}, "tool_calls"), DONE])
+        starts = [(e["index"], e["id"]) for e in events if e["type"] == "block_start"]
+        deltas = [(e["index"], e["delta"]) for e in events if e["type"] == "block_delta"]
+        assert starts == [(0, "call_a"), (1, "call_b")]
+        assert deltas == [(0, '{"a":'), (0, "1}"), (1, "{}")]
+        assert st.complete and st.stop == "tool_use"
+
     def test_text_stream_with_usage_chunk(self, eng):
         events, st = run_decoder(eng, [
             FIRST, chunk({"content": "Hel"}), chunk({"content": ""}), chunk({"content": "lo"}), chunk({}, "stop"),

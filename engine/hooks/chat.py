@@ -51,7 +51,7 @@ def split(scope):
             pieces.append({"type": kind, "delta": value})
     for call in delta.get("tool_calls") or ():
         function = call.get("function") or {}
-        pieces.append({"type": "tool_call", "index": call.get("index"), "id": call.get("id"),
+        pieces.append({"type": "tool_call", "index": _tool_index(state, call), "id": call.get("id"),
                        "name": function.get("name"), "arguments": function.get("arguments")})
     if pieces and state.get("stop") is not None:
         raise UpstreamProtocolError("upstream sent content after finish_reason")
@@ -61,6 +61,28 @@ def split(scope):
             raise UpstreamProtocolError("upstream sent finish_reason twice")
         out.append({"type": "finish", "finish_reason": finish, "usage": chunk.get("usage") or None})
     return out
+
+
+def _tool_index(state, call: dict):
+    """The fragment's Chat ``index``. Some OpenAI-compatible servers omit it and send
+    each call whole: then a new ``id`` is a new call, and a fragment with neither
+    continues the latest one."""
+    index, call_id = call.get("index"), call.get("id")
+    seen = state.setdefault("tool_ids", {})
+    if isinstance(index, int) and not isinstance(index, bool):
+        if call_id is not None:
+            seen.setdefault(call_id, index)
+        state["last_tool_index"] = index
+        return index
+    if call_id is not None and call_id in seen:
+        index = seen[call_id]
+    elif call_id is not None:
+        index = max(seen.values(), default=-1) + 1
+        seen[call_id] = index
+    else:
+        index = state.get("last_tool_index")
+    state["last_tool_index"] = index
+    return index
 
 
 def _blocks(state) -> dict:
