@@ -176,21 +176,24 @@ def _closure(node):
     if kind == "literal":
         value = node["value"]
         return lambda v: value
-    if kind in ("subexpression", "pipe"):
+    if kind == "pipe":
         left, right = _closure(children[0]), _closure(children[1])
+        return lambda v: right(left(v))
+    if kind == "subexpression":
+        # a.b[0].c parses as one subexpression with every step as a child
+        steps = [_closure(c) for c in children]
 
         def chain(v):
-            inner = left(v)
-            return None if inner is None and kind == "subexpression" else right(inner)
+            for step in steps:
+                if v is None:
+                    return None
+                v = step(v)
+            return v
         return chain
-    if kind == "index_expression":
-        left, index = _closure(children[0]), children[1]
-        if index.get("type") != "index":
-            raise _Unsupported
-        i = index["value"]
+    if kind == "index":
+        i = node["value"]
 
-        def at(v):
-            seq = left(v)
+        def at(seq):
             if not isinstance(seq, list):
                 return None
             try:
@@ -198,6 +201,15 @@ def _closure(node):
             except IndexError:
                 return None
         return at
+    if kind == "index_expression":
+        # a[0][1] is one index_expression: the base, then each index in turn
+        steps = [_closure(c) for c in children]
+
+        def index_chain(v):
+            for step in steps:
+                v = step(v)
+            return v
+        return index_chain
     if kind == "comparator":
         op = _COMPARATORS[node["value"]]
         left, right = _closure(children[0]), _closure(children[1])

@@ -499,6 +499,13 @@ class TestResponseDecode:
     def decode(self, eng, body):
         return eng.decode_response(make_ctx(ANTHROPIC, CHAT), body)
 
+    def test_tool_calls_with_finish_stop_are_a_tool_use_stop(self, eng):
+        # Several OpenAI-compatible servers end a tool-call turn with "stop".
+        calls = [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+        assert self.decode(eng, completion({"content": None, "tool_calls": calls}, finish="stop"))["stop"] == "tool_use"
+        assert self.decode(eng, completion({"content": "hi"}, finish="stop"))["stop"] == "end_turn"
+        assert self.decode(eng, completion({"content": None, "tool_calls": calls}, finish="length"))["stop"] == "max_tokens"
+
     def test_message_parts_in_order(self, eng):
         ir = self.decode(eng, completion({
             "content": "Hello", "refusal": None, "reasoning_content": "thought",
@@ -771,6 +778,12 @@ def kinds(events):
 
 
 class TestStreamDecode:
+    def test_tool_calls_with_finish_stop_are_a_tool_use_stop(self, eng):
+        events, st = run_decoder(eng, [FIRST, tool(0, "call_1", "f", "{}"), chunk({}, "stop"), DONE])
+        assert st.stop == "tool_use"
+        events, st = run_decoder(eng, [FIRST, chunk({"content": "x"}), chunk({}, "stop"), DONE])
+        assert st.stop == "end_turn"
+
     def test_tool_calls_without_index_are_told_apart_by_id(self, eng):
         # Some OpenAI-compatible servers omit tool_calls[].index and send each call whole.
         def call(id=None, name=None, args=None):
