@@ -39,3 +39,56 @@ def test_closure_agrees_with_jmespath(text, doc):
         assert got[0] == "error" or got == ("ok", None)
     else:
         assert got == expected
+
+
+def _rule_selectors() -> list[str]:
+    """Every selector written in the built-in rules (the part after a `$var.` prefix)."""
+    import re
+
+    from engine import lint
+    from engine.ruleset import BUILTIN_RULES, read_file, rule_files
+
+    found = set()
+    for path in rule_files(BUILTIN_RULES):
+        src, _ = read_file(path)
+        if src is None or src.doc.get("kind") in ("tables", "enums"):
+            continue
+        places = list(lint._templates_of(src.doc)) + [(v, t, k) for _, t in lint._transitions(src.doc) for k, v in t.items() if k != "error"]
+        for template, parent, key in places:
+            for selector, _, _ in lint._selectors(template, parent, key):
+                match = re.match(r"^\$\w+(?:\.(.+))?$", selector, re.S)
+                text = match.group(1) if match else selector
+                if text:
+                    found.add(text)
+    return sorted(found)
+
+
+RULE_SELECTORS = _rule_selectors()
+
+
+def _docs_for(text: str):
+    import re
+
+    names = sorted(set(re.findall(r"[A-Za-z_]\w*", text)) | {"x"})
+    leaves = LEAVES | st.sampled_from([w for w in re.findall(r"'([^']*)'", text)] or [""])
+    values = st.recursive(leaves, lambda inner: st.lists(inner, max_size=3)
+                          | st.dictionaries(st.sampled_from(names), inner, max_size=4), max_leaves=12)
+    return st.dictionaries(st.sampled_from(names), values, max_size=6)
+
+
+@pytest.mark.parametrize("text", RULE_SELECTORS)
+def test_every_rule_selector_agrees_with_jmespath(text):
+    compiled = jmespath.compile(text)
+    closure = _compile_selector(text, "test:1")
+
+    @settings(max_examples=12, deadline=None, derandomize=True)
+    @given(doc=_docs_for(text))
+    def check(doc):
+        expected = outcome(lambda d: compiled.search(d, OPTIONS), doc)
+        got = outcome(closure, doc)
+        if expected[0] == "error":
+            assert got[0] == "error" or got == ("ok", None)
+        else:
+            assert got == expected
+
+    check()
