@@ -28,16 +28,22 @@ class Error:
     message: str | None = None  # for the native shape
 
 
+@dataclass(kw_only=True)
+class Delivery:
+    """How a stream reaches the client: shared by raw Streams and rendered Turns."""
+
+    split_bytes: int | None = None  # re-chunk the bytes (splits inside UTF-8 and between lines)
+    crlf: bool = False
+    cut_after: int | None = None  # end after N events, with no terminal event
+    stall_after: int | None = None  # sleep stall_secs before event N
+    stall_secs: float = 0.0
+    delay_secs: float = 0.0  # between events
+
+
 @dataclass
-class Stream:
+class Stream(Delivery):
     events: list | None = None  # [(event name | None, data str | dict)]
     raw: list[bytes] | None = None  # sent as-is, one write each
-    split_bytes: int | None = None
-    crlf: bool = False
-    cut_after: int | None = None
-    stall_after: int | None = None
-    stall_secs: float = 0.0
-    delay_secs: float = 0.0
     headers: dict | None = None
     status: int = 200
     abort: bool = False  # with cut_after: drop the connection instead of ending the body cleanly

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from proxai.mock.replies import Delivery
+
 
 @dataclass
 class Text:
@@ -52,7 +54,7 @@ class Usage:
 
 
 @dataclass
-class Turn:
+class Turn(Delivery):
     blocks: list = field(default_factory=list)
     stop: str | dict | None = None  # protocol-native value, or {protocol: value}
     usage: Usage | None = None
@@ -61,12 +63,6 @@ class Turn:
     interleave_tools: bool = False
     include_usage: bool | None = None
     omit_done: bool = False
-    split_bytes: int | None = None
-    crlf: bool = False
-    cut_after: int | None = None
-    stall_after: int | None = None
-    stall_secs: float = 0.0
-    delay_secs: float = 0.0
     error_after: int | None = None
     error: dict | None = None
     stop_sequence: str | None = None  # Anthropic stop_sequence when stop is "stop_sequence"
