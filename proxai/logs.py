@@ -40,9 +40,15 @@ class _RequestIdFilter(logging.Filter):
 
 
 class _HumanFormatter(logging.Formatter):
+    # The timestamp has one-second resolution: format it once per second, not per line.
+    _second = -1
+    _stamp = ""
+
     def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(record.created))
-        line = f"{ts} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        second = int(record.created)
+        if second != self._second:
+            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(second))
+        line = f"{self._stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
         rid = getattr(record, "request_id", None)
         if rid and getattr(record, "fields", None) is None:
             line += f" request_id={rid}"
