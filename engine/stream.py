@@ -102,16 +102,17 @@ class StreamRun:
         out: list = []
         scope = Scope(event, self.vars, "", self.ctx, self.run)
         for t in transitions:
-            if t.when is None or truthy(t.when(scope)):
-                try:
-                    t.run(scope, out)
-                except TranslationError as err:
-                    if err.rule is None:
-                        err.rule = t.where
-                    raise
-                except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
-                    raise UpstreamProtocolError(f"malformed {self.rules.protocol} stream event {key!r}", None, t.where) from err
-                break
+            try:
+                if t.when is not None and not truthy(t.when(scope)):
+                    continue
+                t.run(scope, out)
+            except TranslationError as err:
+                if err.rule is None:
+                    err.rule = t.where
+                raise
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
+                raise UpstreamProtocolError(f"malformed {self.rules.protocol} stream event {key!r}", None, t.where) from err
+            break
         return out
 
     def handle_eof(self) -> list:

@@ -202,3 +202,16 @@ def test_serializer_flushes_pending_blocks_at_message_stop():
               {"type": "block_delta", "index": 1, "delta": "x"}, {"type": "message_stop", "stop": "end_turn"}]:
         out.extend(s.push(e))
     assert [e["type"] for e in out] == ["block_start", "block_start", "block_delta", "message_stop"]
+
+
+def test_a_failing_stream_condition_is_an_upstream_error_not_a_crash(tmp_path):
+    (tmp_path / "d.yaml").write_text(
+        "kind: stream.decode\nprotocol: anthropic_messages\non:\n  message_start:\n"
+        "    - when: \"length(message) > `0`\"\n      emit: []\n")
+    from engine.stream import StreamRun
+    eng = engine.Engine.load(override_dir=tmp_path)
+    ctx = engine.Context("openai_chat_completions", "anthropic_messages")
+    run = StreamRun(eng.streams[("stream.decode", "anthropic_messages")], ctx)
+    with pytest.raises(engine.UpstreamProtocolError) as err:
+        run.decode({"type": "message_start", "message": 5})  # length() of a number
+    assert "d.yaml:5" in err.value.rule
