@@ -172,7 +172,7 @@ class Proxy:
             raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
         relay = StreamRelay(
             upstream,
-            usage.StreamUsage(PassthroughWatch(protocol), protocol),
+            usage.StreamUsage(PassthroughWatch(protocol, self.engine.tables), protocol),
             raw=True,
             idle_timeout=provider.read_idle_timeout_secs,
             tool_call_timeout=self.config.tool_call_timeout_secs,
@@ -359,12 +359,13 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     if request.path in PATHS:
         info["client_protocol"] = protocol
     request[INFO_KEY] = info
+    tables = request.app[PROXY_KEY].engine.tables
     response: web.StreamResponse | None = None
     try:
         response = await handler(request)
         return response
     except E.ProxyError as err:
-        response = _error_response(protocol, err, info)
+        response = _error_response(protocol, err, info, tables)
         return response
     except web.HTTPException as exc:
         if exc.status == 404:
@@ -375,7 +376,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             err = E.RequestTooLarge("request body is too large")
         else:
             err = E.ProxyError(exc.reason or "error", status=exc.status)
-        response = _error_response(protocol, err, info)
+        response = _error_response(protocol, err, info, tables)
         if exc.status == 405:
             response.headers["Allow"] = "POST"
         return response
@@ -383,7 +384,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         # No message: it might quote request content. Type and location suffice to find the bug.
         tb = "".join(traceback.format_tb(exc.__traceback__))
         log.error("internal error %s in request %s\n%s", type(exc).__name__, request_id, tb)
-        response = _error_response(protocol, E.InternalError("internal error in the proxy"), info)
+        response = _error_response(protocol, E.InternalError("internal error in the proxy"), info, tables)
         info["error"] = type(exc).__name__
         return response
     finally:
@@ -414,8 +415,8 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
 _UNLOGGED = frozenset({"/healthz", "/metrics"})
 
 
-def _error_response(protocol: str, err: E.ProxyError, info: dict) -> web.Response:
-    status, headers, body = E.render_http(protocol, err)
+def _error_response(protocol: str, err: E.ProxyError, info: dict, tables) -> web.Response:
+    status, headers, body = E.render_http(protocol, err, tables)
     response = web.Response(status=status, body=body)
     for name, value in headers.items():
         response.headers[name] = value

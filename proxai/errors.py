@@ -32,17 +32,16 @@ import re
 from typing import Any, Mapping
 
 import orjson
-import yaml
 
 from proxai.sse import encode_event
-from engine.ruleset import BUILTIN_RULES
+from engine.ruleset import BUILTIN_RULES, build_tables, layer, read_file
 
 CHAT = "openai_chat_completions"
 RESPONSES = "openai_responses"
 ANTHROPIC = "anthropic_messages"
 PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC)
 
-TABLES_FILE = BUILTIN_RULES / "tables" / "errors.yaml"
+ERROR_TABLES = BUILTIN_RULES / "tables" / "errors.yaml"
 
 
 class ConfigError(Exception):
@@ -152,42 +151,47 @@ class StreamError(UpstreamFailure):
 
 
 @functools.lru_cache(maxsize=None)
-def _tables() -> dict[str, tuple[dict[int, str], str | None]]:
-    doc = yaml.safe_load(TABLES_FILE.read_text(encoding="utf-8"))
-    return {t["name"]: ({int(k): v for k, v in t["map"].items()}, t.get("default")) for t in doc["tables"]}
+def builtin_tables() -> dict:
+    """The built-in error tables, loaded by the engine's own loader, for callers with no
+    engine at hand. The server passes its engine's tables instead, so a rules_dir that
+    overrides an entry changes HTTP and in-stream errors alike."""
+    src, problems = read_file(ERROR_TABLES)
+    if problems:
+        raise problems[0]
+    return build_tables(layer([src]))
 
 
-def _lookup(table: str, status: int) -> str:
-    mapping, default = _tables()[table]
-    return mapping.get(status, default)
+def _lookup(name: str, status: int, tables: Mapping | None) -> str:
+    return (tables or builtin_tables())[name].lookup(status)
 
 
 def family(protocol: str) -> str:
     return "anthropic" if protocol == ANTHROPIC else "openai"
 
 
-def error_type_for(protocol: str, err: ProxyError) -> str:
+def error_type_for(protocol: str, err: ProxyError, tables: Mapping | None = None) -> str:
     if err.error_type and err.type_family == family(protocol):
         return err.error_type
     if protocol == ANTHROPIC:
-        return _lookup("http_status->anthropic_messages.error_type", err.status)
-    return _lookup("http_status->openai.error_type", err.status)
+        return _lookup("http_status->anthropic_messages.error_type", err.status, tables)
+    return _lookup("http_status->openai.error_type", err.status, tables)
 
 
-def responses_error_code(status: int) -> str:
-    return _lookup("http_status->openai_responses.error_code", status)
+def responses_error_code(status: int, tables: Mapping | None = None) -> str:
+    return _lookup("http_status->openai_responses.error_code", status, tables)
 
 
 # --- native shapes ----------------------------------------------------------
 
 
-def error_body(protocol: str, err: ProxyError) -> dict[str, Any]:
+def error_body(protocol: str, err: ProxyError, tables: Mapping | None = None) -> dict[str, Any]:
     if protocol == ANTHROPIC:
-        return {"type": "error", "error": {"type": error_type_for(protocol, err), "message": err.message}, "status": err.status}
+        return {"type": "error", "error": {"type": error_type_for(protocol, err, tables), "message": err.message},
+                "status": err.status}
     return {
         "error": {
             "message": err.message,
-            "type": error_type_for(protocol, err),
+            "type": error_type_for(protocol, err, tables),
             "param": err.param,
             "code": err.code,
             "status": err.status,
@@ -195,11 +199,11 @@ def error_body(protocol: str, err: ProxyError) -> dict[str, Any]:
     }
 
 
-def render_http(protocol: str, err: ProxyError) -> tuple[int, dict[str, str], bytes]:
+def render_http(protocol: str, err: ProxyError, tables: Mapping | None = None) -> tuple[int, dict[str, str], bytes]:
     """Status, headers and body of an HTTP error answer for a client of `protocol`."""
     headers = dict(err.headers)
     headers["Content-Type"] = "application/json"
-    return err.status, headers, orjson.dumps(error_body(protocol, err))
+    return err.status, headers, orjson.dumps(error_body(protocol, err, tables))
 
 
 def render_stream(
@@ -208,6 +212,7 @@ def render_stream(
     *,
     sequence_number: int = 0,
     response: Mapping[str, Any] | None = None,
+    tables: Mapping | None = None,
 ) -> bytes:
     """The in-stream error for a client of `protocol` after 200 was sent (streaming.md §5).
 
@@ -216,9 +221,9 @@ def render_stream(
     event followed by `response.failed`.
     """
     if protocol == ANTHROPIC:
-        return encode_event(orjson.dumps(error_body(protocol, err)), "error")
+        return encode_event(orjson.dumps(error_body(protocol, err, tables)), "error")
     if protocol == CHAT:
-        return encode_event(orjson.dumps(error_body(protocol, err)))
+        return encode_event(orjson.dumps(error_body(protocol, err, tables)))
     error_event = {
         "type": "error",
         "code": err.code,
@@ -229,7 +234,7 @@ def render_stream(
     failed = {
         "type": "response.failed",
         "sequence_number": sequence_number + 1,
-        "response": failed_snapshot(response, responses_error_code(err.status), err.message),
+        "response": failed_snapshot(response, responses_error_code(err.status, tables), err.message),
     }
     return encode_event(orjson.dumps(error_event), "error") + encode_event(orjson.dumps(failed), "response.failed")
 

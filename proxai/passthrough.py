@@ -49,8 +49,9 @@ class PassthroughWatch:
     replaces a malformed event (data that is not a JSON object; Chat's `[DONE]` aside).
     """
 
-    def __init__(self, protocol: str):
+    def __init__(self, protocol: str, tables=None):
         self.protocol = protocol
+        self.tables = tables  # the engine's tables (error types by status); None: the built-in ones
         self.complete = False
         self.failed = False
         self.failed_here = False  # the failure is the proxy's own (EOF, stall, malformed), not the upstream's
@@ -164,11 +165,11 @@ class PassthroughWatch:
         self.in_tool_arguments = False
         err = StreamError(message, status=status)
         if self.protocol != RESPONSES:
-            return [render_stream(self.protocol, err)]
+            return [render_stream(self.protocol, err, tables=self.tables)]
         snapshot = dict(self._snapshot or {})
         snapshot["output"] = [self._items[i] for i in sorted(self._items) if self._items[i] is not None]
         snapshot["usage"] = None
-        return [render_stream(RESPONSES, err, sequence_number=self._seq + 1, response=snapshot)]
+        return [render_stream(RESPONSES, err, sequence_number=self._seq + 1, response=snapshot, tables=self.tables)]
 
 
 class StreamRelay:

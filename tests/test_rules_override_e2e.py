@@ -49,3 +49,29 @@ def test_broken_override_stops_startup_with_file_and_line(harness, tmp_path):
     with pytest.raises(Exception) as err:
         harness.start_proxy(config)
     assert "bad.yaml:" in str(err.value)
+
+
+def test_override_of_the_error_table_applies_to_http_and_in_stream_errors(harness, start_proxy, mock, tmp_path):
+    import anthropic
+
+    from proxai.mock import Error
+
+    (tmp_path / "errors.yaml").write_text(
+        "kind: tables\ntables:\n  - name: http_status->anthropic_messages.error_type\n"
+        "    from: http_status\n    default: api_error\n    map:\n      429: overloaded_error\n      502: timeout_error\n")
+    config = harness.default_config()
+    config["rules_dir"] = str(tmp_path)
+    client = start_proxy(config).anthropic()
+    messages = [{"role": "user", "content": "hi"}]
+    # An OpenAI provider's 429, answered to an Anthropic client: the type comes from the table.
+    mock.enqueue(Error(429, headers={"retry-after": "1"}))
+    with pytest.raises(anthropic.RateLimitError) as err:
+        client.messages.create(model="chat/x", max_tokens=5, messages=messages)
+    assert err.value.body["error"]["type"] == "overloaded_error"
+    # Same-protocol pass-through cut short: the proxy's own in-stream error uses the table too.
+    mock.enqueue(Turn([Text("partial answer")], cut_after=3))
+    with pytest.raises(anthropic.APIStatusError) as err:
+        with client.messages.stream(model="claude-x", max_tokens=5, messages=messages) as s:
+            for _ in s:
+                pass
+    assert err.value.body["error"]["type"] == "timeout_error"
