@@ -457,7 +457,10 @@ class _StandInStream:
 
 class _StandInEngine:
     def __init__(self):
+        from proxai.errors import builtin_tables
+
         self.streams = []
+        self.tables = builtin_tables()
 
     def translate_request(self, ctx, body):
         return {"model": ctx.upstream_model, "max_tokens": 16, "messages": body["messages"], "stream": bool(body.get("stream"))}
