@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from .turn import Reasoning, Refusal, Text, ToolCall, Turn, model_for, new_id, pieces, refusal_text, usage_for
+from .turn import Reasoning, Refusal, Text, ToolCall, Turn, model_for, new_id, pieces, refusal_text, round_robin, usage_for
 
 PROTOCOL = "openai_chat_completions"
 
@@ -69,14 +69,6 @@ def _tool_fragments(call: ToolCall, index: int) -> list[dict]:
     return [first] + [{"index": index, "function": {"arguments": p}} for p in pieces(call.arguments, call.chunks)]
 
 
-def _round_robin(groups: list[list]) -> list:
-    out, step = [], 0
-    while any(step < len(g) for g in groups):
-        out.extend(g[step] for g in groups if step < len(g))
-        step += 1
-    return out
-
-
 def events(turn: Turn, request: dict) -> list[tuple[str | None, str | dict]]:
     include_usage = turn.include_usage
     if include_usage is None:
@@ -116,7 +108,7 @@ def events(turn: Turn, request: dict) -> list[tuple[str | None, str | dict]]:
                 group.append(_tool_fragments(blocks[i], tool_index))
                 tool_index += 1
                 i += 1
-            fragments = _round_robin(group) if turn.interleave_tools else [f for g in group for f in g]
+            fragments = round_robin(group) if turn.interleave_tools else [f for g in group for f in g]
             out += [chunk({"tool_calls": [f]}) for f in fragments]
             continue
         i += 1

@@ -10,6 +10,7 @@ from .turn import (
     Refusal,
     Text,
     ToolCall,
+    round_robin,
     Turn,
     model_for,
     new_id,
@@ -217,14 +218,6 @@ def _item_events(item: dict, index: int) -> list[tuple[str, dict]]:
     return ev
 
 
-def _round_robin(groups: list[list]) -> list:
-    out, step = [], 0
-    while any(step < len(g) for g in groups):
-        out.extend(g[step] for g in groups if step < len(g))
-        step += 1
-    return out
-
-
 def events(turn: Turn, request: dict) -> list[tuple[str, dict]]:
     rid = turn.id or new_id("resp_")
     env = envelope(turn, request, rid, int(time.time()))
@@ -237,7 +230,7 @@ def events(turn: Turn, request: dict) -> list[tuple[str, dict]]:
             while i < len(items) and items[i]["kind"] == "function_call":
                 group.append(_item_events(items[i], i))
                 i += 1
-            body_events += _round_robin(group)
+            body_events += round_robin(group)
             continue
         body_events += _item_events(items[i], i)
         i += 1

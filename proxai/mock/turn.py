@@ -109,3 +109,12 @@ def new_id(prefix: str) -> str:
 def refusal_text(r: Refusal) -> str:
     """The wording OpenAI protocols carry in their refusal slot."""
     return r.text or r.explanation or ""
+
+
+def round_robin(groups: list[list]) -> list:
+    """Interleave several sequences one item at a time (parallel tool calls' fragments)."""
+    out, step = [], 0
+    while any(step < len(g) for g in groups):
+        out.extend(g[step] for g in groups if step < len(g))
+        step += 1
+    return out
