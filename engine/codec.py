@@ -1,6 +1,8 @@
 """Request and response codecs: one rule file each, run as reject -> before -> output -> after."""
 from __future__ import annotations
 
+import re
+
 from .errors import InvalidRequest, UpstreamProtocolError
 from .expr import truthy
 from .template import Compiler, Run, Scope
@@ -18,7 +20,7 @@ class Codec:
         self.run = Run(InvalidRequest if request else UpstreamProtocolError, annotate_paths=self.kind == "request.decode")
         self.params = dict(doc.get("params") or {})
         self.rejects = [(compiler.compile(r["when"], r), r["param"], r["message"]) for r in doc.get("reject") or []]
-        self.advisory = list(doc.get("advisory") or [])
+        self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
         self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
         self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
         for name in compiler.named_src:
@@ -33,9 +35,10 @@ class Codec:
             if truthy(when(scope)):
                 raise InvalidRequest(message, ctx.param_names.get(param, param))
         if self.advisory and isinstance(payload, dict):
-            for name in self.advisory:
-                if payload.get(name) not in NEUTRAL:
-                    ctx.trace(f"dropped advisory field {ctx.param_names.get(name, name)} (no slot in {self.protocol})")
+            for steps in self.advisory:
+                for where, value in _walk(payload, steps, ""):
+                    if value not in NEUTRAL:
+                        ctx.trace(f"dropped advisory field {ctx.param_names.get(where, where)} (no slot in {self.protocol})")
         for hook in self.before:
             payload = hook(scope)
             scope = scope.at(payload)
@@ -64,6 +67,40 @@ def _strip_paths(value) -> None:
         for item in value:
             if isinstance(item, (dict, list)):
                 _strip_paths(item)
+
+
+_STEP = re.compile(r"([A-Za-z_]\w*)((?:\[(?:\*|type=[\w.-]+)\])*)")
+
+
+def _advisory_path(entry: str) -> list[tuple]:
+    """``messages[*].content[type=document].citations`` -> steps: ("field", name),
+    ("each", None) for ``[*]``, ("each", "document") for ``[type=document]``."""
+    steps: list[tuple] = []
+    for part in entry.split("."):
+        match = _STEP.fullmatch(part)
+        if match is None:
+            raise ValueError(f"bad advisory path {entry!r}")
+        steps.append(("field", match.group(1)))
+        for sel in re.findall(r"\[([^\]]+)\]", match.group(2)):
+            steps.append(("each", None if sel == "*" else sel[len("type="):]))
+    return steps
+
+
+def _walk(value, steps, where):
+    """(wire path, value) for every place an advisory path reaches."""
+    if not steps:
+        yield where, value
+        return
+    (kind, arg), rest = steps[0], steps[1:]
+    if isinstance(value, dict) and isinstance(value.get("_path"), str):
+        where = value["_path"]  # an IR item decoded from the client's wire: name the client's field
+    if kind == "field":
+        if isinstance(value, dict) and arg in value:
+            yield from _walk(value[arg], rest, f"{where}.{arg}" if where else arg)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if arg is None or (isinstance(item, dict) and item.get("type") == arg):
+                yield from _walk(item, rest, f"{where}[{i}]")
 
 
 def _hook(compiler: Compiler, name: str, doc):

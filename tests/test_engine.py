@@ -215,3 +215,26 @@ def test_a_failing_stream_condition_is_an_upstream_error_not_a_crash(tmp_path):
     with pytest.raises(engine.UpstreamProtocolError) as err:
         run.decode({"type": "message_start", "message": 5})  # length() of a number
     assert "d.yaml:5" in err.value.rule
+
+
+def test_advisory_paths_trace_nested_fields_by_the_clients_path(tmp_path):
+    (tmp_path / "c.yaml").write_text(
+        "kind: request.decode\nprotocol: openai_responses\n"
+        "advisory: [top, 'items[*].hint', 'items[type=doc].cfg', 'ir[*].name']\n"
+        "output: {ok: \"'yes'\"}\n")
+    eng = engine.Engine.load(override_dir=tmp_path)
+    codec = eng.codecs[("request.decode", "openai_responses")]
+    ctx = engine.Context("openai_responses", "anthropic_messages")
+    body = {"top": 1, "items": [{"hint": "SECRET", "type": "doc", "cfg": {"a": 1}}, {"type": "text", "cfg": {"a": 1}, "hint": None}],
+            "ir": [{"name": "bob", "_path": "input[3]"}]}
+    assert codec.apply(body, ctx) == {"ok": "yes"}
+    fields = sorted(t.split()[3] for t in ctx.traces)
+    assert fields == ["input[3].name", "items[0].cfg", "items[0].hint", "top"]
+    assert not any("SECRET" in t or "bob" in t for t in ctx.traces)
+
+
+def test_bad_advisory_path_is_a_rule_error(tmp_path):
+    (tmp_path / "c.yaml").write_text("kind: request.decode\nprotocol: openai_responses\nadvisory: ['a[0]']\noutput: {}\n")
+    with pytest.raises(engine.RuleError) as err:
+        engine.Engine.load(override_dir=tmp_path)
+    assert "c.yaml:3" in str(err.value)

@@ -12,47 +12,12 @@ from .common import parse_data_url
 
 # Fields nested in blocks and tools that no Chat or Responses slot carries; they
 # only affect caching, cost or display (mappings.md §2, §4).
-_NESTED_ADVISORY = ("cache_control", "citations", "context", "transformations", "eager_input_streaming")
 
 
 def data_path(scope):
     """The client's wire path of the current item (``messages[2].content[1]``),
     for IR items built outside a ``$map`` result."""
     return scope.path or None
-
-
-def trace_nested_advisory(scope):
-    """Trace (names only, never values) advisory fields nested in system blocks,
-    message blocks and tools; and a thinking budget that an effort overrides."""
-    body = scope.cur
-    ctx = scope.ctx
-    if not isinstance(body, dict):
-        return body
-    seen = set()
-
-    def visit(items, where):
-        for i, item in enumerate(items if isinstance(items, list) else ()):
-            if not isinstance(item, dict):
-                continue
-            for name in _NESTED_ADVISORY:
-                if item.get(name) in (None, False, {}, []):
-                    continue
-                if name == "citations" and item.get("type") != "document":
-                    continue  # text-block citations are translated, not dropped
-                seen.add(f"{where}[{i}].{name}")
-            if isinstance(item.get("content"), list):
-                visit(item["content"], f"{where}[{i}].content")
-
-    visit(body.get("system"), "system")
-    visit(body.get("messages"), "messages")
-    visit(body.get("tools"), "tools")
-    for name in sorted(seen):
-        ctx.trace(f"dropped advisory field {name} (no slot in {ctx.provider_protocol})")
-    thinking = body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("budget_tokens") is not None and (
-            body.get("output_config") or {}).get("effort"):
-        ctx.trace("thinking.budget_tokens ignored: output_config.effort sets the effort")
-    return body
 
 
 def citations_to_annotations(scope, citations=None, text=None):
@@ -243,7 +208,6 @@ def out_close(scope, index=None):
 
 HOOKS = {
     "anthropic.data_path": data_path,
-    "anthropic.trace_nested_advisory": trace_nested_advisory,
     "anthropic.citations_to_annotations": citations_to_annotations,
     "anthropic.merge_turns": merge_turns,
     "anthropic.tool_allowed": tool_allowed,

@@ -35,18 +35,6 @@ def nulls(scope, keys=None):
     return {k: None for k in keys or ()}
 
 
-def advise(scope, fields=None):
-    """Trace nested advisory fields present on the current item (names only, never values)."""
-    for name in fields or ():
-        value = scope.cur
-        for step in name.split("."):
-            value = value.get(step) if isinstance(value, dict) else None
-        if value not in (None, False, "", [], {}):
-            where = f"{scope.path}.{name}" if scope.path else name
-            scope.ctx.trace(f"dropped advisory field {where} (no slot in {scope.ctx.provider_protocol})")
-    return None
-
-
 # --- requests -----------------------------------------------------------------------
 
 
@@ -460,7 +448,6 @@ def stamp(scope):
 
 HOOKS = {
     "responses.nulls": nulls,
-    "responses.advise": advise,
     "responses.group_turns": group_turns,
     "responses.merge_messages": merge_messages,
     "responses.is_custom_call": is_custom_call,
