@@ -1,6 +1,7 @@
 """Request and response codecs: one rule file each, run as reject -> before -> output -> after."""
 from __future__ import annotations
 
+import functools
 import re
 
 from .errors import InvalidRequest, UpstreamProtocolError
@@ -107,4 +108,6 @@ def _hook(compiler: Compiler, name: str, doc):
     hook = compiler.hooks.get(name)
     if hook is None:
         raise compiler.error(doc, f"unknown hook {name!r}")
+    if getattr(hook, "reads_tables", False):  # a whole-payload pass that looks values up in rules/tables
+        return functools.partial(hook, tables=compiler.tables)
     return hook

@@ -21,11 +21,20 @@ class Context:
     drop_sampling: bool = False
     # Chat providers: the output-limit field to send (older servers know only max_tokens).
     max_tokens_field: str = "max_completion_tokens"
+    # Prompt caching policy of the provider (auto | passthrough | off), the client's
+    # explicit prompt_cache_key override, and the key the derived prompt_cache_key is
+    # an HMAC under (engine/hooks/caching.py).
+    prompt_caching: str = "auto"
+    prompt_cache_key: str | None = None
+    cache_key_secret: bytes | None = None
     # Wire names the client used for canonical fields (filled by request decoders) so a
     # rejection by the provider's encoder can name the client's own field.
     param_names: dict = field(default_factory=dict)
     # Non-fatal notes (dropped advisory fields, skipped foreign reasoning): no payload text.
     traces: list = field(default_factory=list)
+    # Where the request encoder placed cache breakpoints (provider-request paths), for
+    # the log line and `proxai translate`.
+    cache_breakpoints: list = field(default_factory=list)
 
     _vars: dict | None = field(default=None, repr=False)
 
@@ -49,6 +58,7 @@ class Context:
             "max_tokens_field": self.max_tokens_field,
             "include_usage": bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
             "client_body": body,
+            "prompt_caching": self.prompt_caching,
         }
 
     def trace(self, message: str) -> None:

@@ -30,6 +30,7 @@ class Part(TypedDict, total=False):
     type: Literal["text", "image", "document", "audio", "refusal", "reasoning", "tool_call", "tool_result", "unsupported"]
     text: str | None                  # text, refusal, reasoning (None: redacted)
     annotations: list                 # text: url_citation annotations
+    cache: dict                       # a client's explicit cache breakpoint here: {ttl: 5m | 1h}
     source: Literal["url", "base64", "file", "text", "content"]   # image, document
     url: str
     media_type: str
@@ -60,6 +61,7 @@ class Message(TypedDict, total=False):
 class Tool(TypedDict, total=False):
     type: Literal["function", "custom", "hosted"]
     name: str
+    cache: dict                       # a client's explicit cache breakpoint after this tool
     description: str
     parameters: dict | None
     strict: bool | None
@@ -90,6 +92,7 @@ class Usage(TypedDict, total=False):
     input_tokens: int          # total input, cache reads and writes included
     cached_tokens: int
     cache_write_tokens: int
+    cache_write_long_tokens: int  # of cache_write_tokens, at the extended TTL (Anthropic 1h, OpenAI 12h)
     output_tokens: int
     reasoning_tokens: int
 
@@ -128,6 +131,7 @@ class Request(TypedDict, total=False):
     previous_response_id: str
     conversation: object
     prompt_cache_key: str
+    prompt_cache_retention: str
 
 
 class Response(TypedDict, total=False):
