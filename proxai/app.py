@@ -19,6 +19,7 @@ from aiohttp import web
 import engine
 
 from proxai import capture, ingress, requestid, usage
+from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
@@ -257,6 +258,7 @@ class Proxy:
             max_tokens_default=provider.max_tokens_default,
             drop_sampling=provider.drop_sampling,
             max_tokens_field=provider.max_tokens_field,
+            **caching_context(provider, request.headers),
         )
         info["_traces"] = ctx.traces
         try:
@@ -267,6 +269,8 @@ class Proxy:
         except Exception:
             info["translation_error"] = "request"
             raise
+        if ctx.cache_breakpoints:
+            info["cache_breakpoints"] = len(ctx.cache_breakpoints)
         upstream = await self._send(request, provider, dump_json(out_body), stream, info)
         try:
             await self._raise_for_status(upstream, provider)

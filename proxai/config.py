@@ -55,6 +55,8 @@ class ProviderConfig:
     auth: str = "x-api-key"
     drop_sampling: bool = False
     max_tokens_field: str = "max_completion_tokens"
+    # Cache hints the proxy adds on translated requests: auto | passthrough | off (README "Prompt caching").
+    prompt_caching: str = "auto"
 
     def __repr__(self) -> str:  # never show the key
         return f"ProviderConfig(name={self.name!r}, protocol={self.protocol!r}, base_url={self.base_url!r})"

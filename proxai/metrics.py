@@ -35,6 +35,10 @@ _STREAM_UPSTREAM_KINDS = {
     "upstream_error_event": "stream_error_event",
 }
 
+# Log fields -> proxai_tokens_total kind. Cache reads and writes are parts of input.
+_TOKEN_KINDS = (("input_tokens", "input"), ("output_tokens", "output"),
+                ("cache_read_tokens", "cache_read"), ("cache_write_tokens", "cache_write"))
+
 _UPSTREAM_ERROR_KINDS = frozenset({"upstream_error", "upstream_unreachable", "upstream_timeout", "upstream_protocol", "upstream"})
 
 
@@ -96,9 +100,9 @@ class Metrics:
             self.upstream_errors.labels(info.get("provider") or NONE, _STREAM_UPSTREAM_KINDS[info["outcome"]]).inc()
         if info.get("translation_error"):
             self.translation_errors.labels(client, provider, info["translation_error"]).inc()
-        for key in ("input_tokens", "output_tokens"):
+        for key, kind in _TOKEN_KINDS:
             if info.get(key):
-                self.tokens.labels(client, provider, key[:-7]).inc(info[key])
+                self.tokens.labels(client, provider, kind).inc(info[key])
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

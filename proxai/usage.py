@@ -2,7 +2,9 @@
 
 Counts are normalised to the canonical meaning: `input_tokens` is the whole
 input (Anthropic's cache reads and writes included, as OpenAI counts them),
-`output_tokens` the whole output (reasoning included).
+`output_tokens` the whole output (reasoning included); `cache_read_tokens` and
+`cache_write_tokens` are the parts of the input read from and written to the
+provider's prompt cache.
 """
 
 from __future__ import annotations
@@ -22,17 +24,26 @@ def _int(value: Any) -> int:
 
 
 def normalise(protocol: str, usage: Any) -> Usage | None:
-    """A protocol's usage object as {input_tokens, output_tokens}; None when absent."""
+    """A protocol's usage object as {input_tokens, output_tokens, cache_read_tokens,
+    cache_write_tokens}; None when absent. Cache counts are part of input_tokens."""
     if not isinstance(usage, dict):
         return None
     if protocol == CHAT:
-        return {"input_tokens": _int(usage.get("prompt_tokens")), "output_tokens": _int(usage.get("completion_tokens"))}
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
+        return {"input_tokens": _int(usage.get("prompt_tokens")), "output_tokens": _int(usage.get("completion_tokens")),
+                "cache_read_tokens": _int(details.get("cached_tokens")), "cache_write_tokens": _int(details.get("cache_write_tokens"))}
     if protocol == ANTHROPIC:
-        total = _int(usage.get("input_tokens")) + _int(usage.get("cache_read_input_tokens"))
-        total += _int(usage.get("cache_creation_input_tokens"))
-        return {"input_tokens": total, "output_tokens": _int(usage.get("output_tokens"))}
-    # openai_responses, and the engine's canonical usage, already use these names.
-    return {"input_tokens": _int(usage.get("input_tokens")), "output_tokens": _int(usage.get("output_tokens"))}
+        read, write = _int(usage.get("cache_read_input_tokens")), _int(usage.get("cache_creation_input_tokens"))
+        return {"input_tokens": _int(usage.get("input_tokens")) + read + write, "output_tokens": _int(usage.get("output_tokens")),
+                "cache_read_tokens": read, "cache_write_tokens": write}
+    if protocol == CANONICAL_IR:
+        return {"input_tokens": _int(usage.get("input_tokens")), "output_tokens": _int(usage.get("output_tokens")),
+                "cache_read_tokens": _int(usage.get("cached_tokens")), "cache_write_tokens": _int(usage.get("cache_write_tokens"))}
+    details = usage.get("input_tokens_details")
+    details = details if isinstance(details, dict) else {}
+    return {"input_tokens": _int(usage.get("input_tokens")), "output_tokens": _int(usage.get("output_tokens")),
+            "cache_read_tokens": _int(details.get("cached_tokens")), "cache_write_tokens": _int(details.get("cache_write_tokens"))}
 
 
 def from_body(protocol: str, body: Any) -> Usage | None:
@@ -104,5 +115,6 @@ class StreamUsage:
                 self._anthropic.update({k: v for k, v in usage.items() if v is not None})
                 self.usage = normalise(ANTHROPIC, self._anthropic)
 
-# The engine's canonical usage (translated streams) uses the Responses names.
-CANONICAL = RESPONSES
+# The engine's canonical usage (translated streams): IR names (schemas/ir.schema.json usage).
+CANONICAL_IR = "ir"
+CANONICAL = CANONICAL_IR
