@@ -21,10 +21,10 @@ class Context:
     drop_sampling: bool = False
     # Chat providers: the output-limit field to send (older servers know only max_tokens).
     max_tokens_field: str = "max_completion_tokens"
-    # Prompt caching policy of the provider (auto | passthrough | off), the client's
-    # explicit prompt_cache_key override, and the key the derived prompt_cache_key is
-    # an HMAC under (engine/hooks/caching.py).
-    prompt_caching: str = "auto"
+    # Prompt caching policy of the provider (auto | passthrough | off; the server passes
+    # the provider's, default auto), the client's explicit prompt_cache_key override,
+    # and the key a derived prompt_cache_key is an HMAC under (engine/hooks/caching.py).
+    prompt_caching: str = "off"
     prompt_cache_key: str | None = None
     cache_key_secret: bytes | None = None
     # Wire names the client used for canonical fields (filled by request decoders) so a

@@ -258,7 +258,7 @@ class Proxy:
             max_tokens_default=provider.max_tokens_default,
             drop_sampling=provider.drop_sampling,
             max_tokens_field=provider.max_tokens_field,
-            **caching_context(provider, request.headers),
+            **caching_context(provider, request.headers, self.config.continuation_secret),
         )
         info["_traces"] = ctx.traces
         try:

@@ -18,14 +18,15 @@ OVERRIDE_HEADER = "x-proxai-prompt-cache-key"
 _KEY = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 
 
-def caching_context(provider: ProviderConfig, headers: Mapping[str, str]) -> dict[str, Any]:
+def caching_context(provider: ProviderConfig, headers: Mapping[str, str], secret: str | None = None) -> dict[str, Any]:
     override = headers.get(OVERRIDE_HEADER)
     if override is not None and not _KEY.fullmatch(override):
         raise E.InvalidRequest(f"header {OVERRIDE_HEADER} must be 1-64 letters, digits or . _ : -", param=OVERRIDE_HEADER)
     return {
         "prompt_caching": provider.prompt_caching,
         "prompt_cache_key": override,
-        # Stable across processes and restarts (no shared state), unknown to anyone
-        # without the provider key: a derived prompt_cache_key reveals nothing.
-        "cache_key_secret": hashlib.sha256(b"proxai prompt_cache_key\0" + provider.api_key.encode()).digest(),
+        # The deployment's secret (continuation.secret) when set: stable across processes
+        # and restarts (no shared state), and a derived key then cannot even be matched
+        # against a guessed prompt. Without it the engine's built-in key is used.
+        "cache_key_secret": hashlib.sha256(b"proxai prompt_cache_key\0" + secret.encode()).digest() if secret else None,
     }

@@ -30,6 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules-dir", help="an override rules directory, as `rules_dir` in the config")
     parser.add_argument("--provider-name", default="provider", help="provider name recorded in continuation envelopes")
     parser.add_argument("--client-request", help="(responses/streams) the client's request JSON, for echoed fields and include_usage")
+    parser.add_argument("--prompt-caching", choices=("auto", "passthrough", "off"), default="auto",
+                        help="the provider's prompt_caching policy (default auto)")
     parser.add_argument("file", help="the JSON body or SSE file ('-' for standard input)")
 
 
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace, out=None) -> int:
     client, provider = (args.source, args.target) if request_side else (args.target, args.source)
     client_body = json.loads(Path(args.client_request).read_text()) if args.client_request else None
     ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=args.provider_name,
-                         client_body=client_body)
+                         client_body=client_body, prompt_caching=args.prompt_caching)
     try:
         if args.stream:
             if client == provider:
@@ -77,4 +79,7 @@ def run(args: argparse.Namespace, out=None) -> int:
         return 1
     for line in ctx.traces:
         print(f"trace: {line}", file=sys.stderr)
+    if request_side and provider == "anthropic_messages" and client != provider:
+        where = ", ".join(ctx.cache_breakpoints) or "none"
+        print(f"trace: prompt caching ({args.prompt_caching}): cache breakpoints at {where}", file=sys.stderr)
     return 0

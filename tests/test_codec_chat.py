@@ -252,10 +252,13 @@ class TestRequestDecode:
         assert strip(ir["messages"]) == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
 
     def test_advisory_fields_are_dropped_with_a_trace(self, eng):
-        ir, ctx = decode(eng, chat_body(user(), prediction={"type": "content", "content": "x"}, prompt_cache_retention="24h"))
+        ir, ctx = decode(eng, chat_body(user(), prediction={"type": "content", "content": "x"},
+                                        prompt_cache_options={"mode": "explicit"}, prompt_cache_retention="24h"))
         assert "prediction" not in ir
         assert any("prediction" in t for t in ctx.traces)
-        assert any("prompt_cache_retention" in t for t in ctx.traces)
+        assert any("prompt_cache_options" in t for t in ctx.traces)
+        # Retention is a cache hint with slots elsewhere (Responses; 1h breakpoints toward Anthropic).
+        assert ir["prompt_cache_retention"] == "24h"
         assert not any("x" == t for t in ctx.traces)
 
     def test_client_field_names_are_recorded_for_provider_rejections(self, eng):

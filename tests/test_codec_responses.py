@@ -224,12 +224,13 @@ class TestRequestDecode:
             assert ir["response_format"] == fmt
 
     def test_advisory_fields_are_traced_without_values(self, eng):
-        _, c = decode(eng, {"model": "m", "prompt_cache_retention": "24h", "input": [
+        ir, c = decode(eng, {"model": "m", "prompt_cache_options": {"mode": "explicit"}, "input": [
             {"role": "assistant", "phase": "commentary", "content": "c"},
             {"role": "user", "content": [{"type": "input_text", "text": "SECRET", "prompt_cache_breakpoint": {"mode": "explicit"}}]}]})
-        assert any("prompt_cache_retention" in t for t in c.traces)
+        assert any("prompt_cache_options" in t for t in c.traces)
         assert any("input[0].phase" in t for t in c.traces)
-        assert any("input[1].content[0].prompt_cache_breakpoint" in t for t in c.traces)
+        # A content part's breakpoint is carried as a cache mark (Anthropic cache_control).
+        assert ir["messages"][1]["content"][0]["cache"] == {"ttl": "5m"}
         assert not any("SECRET" in t for t in c.traces)
 
     @pytest.mark.parametrize("extra,param", [

@@ -15,8 +15,8 @@ breakpoints, at most four); OpenAI caches by itself and takes ``prompt_cache_key
   policy keeps the request within Anthropic's rules (at most four, never on an
   empty or thinking block, longer TTLs first).
 - ``caching.prompt_cache_key`` (in the Anthropic request decoder): toward OpenAI
-  providers, a stable key derived from the conversation, as an HMAC so the raw
-  session id or prompt never leaves the proxy.
+  providers, a stable key derived from the conversation, an HMAC so the raw
+  session id or prompt never leaves the proxy in it.
 """
 from __future__ import annotations
 
@@ -260,7 +260,7 @@ def anthropic_breakpoints(scope, tables=None):
     if not isinstance(body, dict):
         return body
     ir = scope.vars.get("root") if isinstance(scope.vars.get("root"), dict) else {}
-    policy = getattr(ctx, "prompt_caching", "auto") or "auto"
+    policy = getattr(ctx, "prompt_caching", "off") or "off"
     cpt = float(_setting(tables, "chars_per_token")) or 3.5
     slots = _slots(body, cpt, int(_setting(tables, "tokens_per_image")))
     limit = int(_setting(tables, "max_breakpoints"))
@@ -350,10 +350,11 @@ def prompt_cache_key(scope):
     The client's override (the ``x-proxai-prompt-cache-key`` header) wins; under
     ``auto`` a key is derived from Claude Code's session id when ``metadata.user_id``
     carries one (one conversation, one key), else from the system prompt and the
-    tools (one agent configuration, one key). Either way it is an HMAC under the
-    provider's key, so neither the session id nor the prompt can be read off it."""
+    tools (one agent configuration, one key). Either way it is an HMAC (under the
+    deployment's secret when one is configured), so neither the session id nor the
+    prompt can be read off it."""
     ctx, body = scope.ctx, scope.cur
-    policy = getattr(ctx, "prompt_caching", "auto")
+    policy = getattr(ctx, "prompt_caching", "off")
     if policy == "off" or not isinstance(body, dict):
         return None
     if getattr(ctx, "prompt_cache_key", None):

@@ -37,7 +37,8 @@ def usage(turn: Turn) -> dict:
         "input_tokens": max(0, u.input_tokens - u.cached_tokens - u.cache_write_tokens),
         "cache_creation_input_tokens": u.cache_write_tokens,
         "cache_read_input_tokens": u.cached_tokens,
-        "cache_creation": {"ephemeral_5m_input_tokens": u.cache_write_tokens, "ephemeral_1h_input_tokens": 0},
+        "cache_creation": {"ephemeral_5m_input_tokens": u.cache_write_tokens - (u.cache_write_long_tokens or 0),
+                           "ephemeral_1h_input_tokens": u.cache_write_long_tokens or 0},
         "output_tokens": u.output_tokens,
         "service_tier": "standard",
     }

@@ -42,9 +42,13 @@ def status(turn: Turn) -> tuple[str, dict | None]:
 
 def usage(turn: Turn) -> dict:
     u = usage_for(turn)
+    details = {"cached_tokens": u.cached_tokens, "cache_write_tokens": u.cache_write_tokens}
+    if u.cache_write_long_tokens is not None:
+        details["cache_write_tokens_details"] = {"ttl_30m_tokens": u.cache_write_tokens - u.cache_write_long_tokens,
+                                                 "ttl_12h_tokens": u.cache_write_long_tokens}
     return {
         "input_tokens": u.input_tokens,
-        "input_tokens_details": {"cached_tokens": u.cached_tokens, "cache_write_tokens": u.cache_write_tokens},
+        "input_tokens_details": details,
         "output_tokens": u.output_tokens,
         "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
         "total_tokens": u.input_tokens + u.output_tokens,

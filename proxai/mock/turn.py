@@ -51,6 +51,9 @@ class Usage:
     cached_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    # Of cache_write_tokens, those at the extended TTL (Anthropic 1h, OpenAI 12h); None: the
+    # Responses renderer leaves out the TTL breakdown, Anthropic's reports all at 5m.
+    cache_write_long_tokens: int | None = None
 
 
 @dataclass
