@@ -179,21 +179,22 @@ def _cacheable(block) -> bool:
     return True
 
 
-def _slots(body, cpt, per_image) -> list[_Slot]:
+def _slots(body, cpt, per_image, measure) -> list[_Slot]:
+    """The request's blocks; their length estimates only when ``measure`` (auto placement)."""
     slots = []
     for i, tool in enumerate(body.get("tools") or ()):
         if isinstance(tool, dict):
-            slots.append(_Slot(f"tools[{i}]", tool, int(len(orjson.dumps(tool)) / cpt), True))
+            slots.append(_Slot(f"tools[{i}]", tool, int(len(orjson.dumps(tool)) / cpt) if measure else 0, True))
     system = body.get("system")
     if isinstance(system, str):
         slots.append(_Slot("system", None, int(len(system) / cpt), bool(system)))
     elif isinstance(system, list):
         for i, block in enumerate(system):
-            slots.append(_Slot(f"system[{i}]", block, _estimate(block, cpt, per_image), _cacheable(block)))
+            slots.append(_Slot(f"system[{i}]", block, _estimate(block, cpt, per_image) if measure else 0, _cacheable(block)))
     for i, msg in enumerate(body.get("messages") or ()):
         content = msg.get("content") if isinstance(msg, dict) else None
         for j, block in enumerate(content if isinstance(content, list) else ()):
-            slots.append(_Slot(f"messages[{i}].content[{j}]", block, _estimate(block, cpt, per_image),
+            slots.append(_Slot(f"messages[{i}].content[{j}]", block, _estimate(block, cpt, per_image) if measure else 0,
                                _cacheable(block), msg.get("role")))
     return slots
 
@@ -244,14 +245,13 @@ def _auto_positions(slots, budget, min_tokens) -> list[int]:
                 turn_ends[-1] = k
             else:
                 turn_ends.append(k)
-    wanted = [tools_end, system_end] + turn_ends[-2:]
     # Over budget, the rolling breakpoints matter most, then the system prompt.
     priority = [k for k in (turn_ends[-1:] + turn_ends[-2:-1] + [system_end, tools_end]) if k is not None]
-    chosen = []
+    chosen: list[int] = []
     for k in priority:
         if k not in chosen and cum[k] >= min_tokens and len(chosen) < budget:
             chosen.append(k)
-    return sorted(k for k in chosen if k in wanted)
+    return sorted(chosen)
 
 
 def anthropic_breakpoints(scope, tables=None):
@@ -262,7 +262,7 @@ def anthropic_breakpoints(scope, tables=None):
     ir = scope.vars.get("root") if isinstance(scope.vars.get("root"), dict) else {}
     policy = getattr(ctx, "prompt_caching", "off") or "off"
     cpt = float(_setting(tables, "chars_per_token")) or 3.5
-    slots = _slots(body, cpt, int(_setting(tables, "tokens_per_image")))
+    slots = _slots(body, cpt, int(_setting(tables, "tokens_per_image")), measure=False)
     limit = int(_setting(tables, "max_breakpoints"))
     explicit = [s for s in slots if isinstance(s.obj, dict) and "cache_control" in s.obj]
     if policy == "off":
@@ -299,6 +299,7 @@ def anthropic_breakpoints(scope, tables=None):
     elif policy == "auto":
         ttl = LONG if extended else SHORT
         min_tokens = min_prefix_tokens(tables, body.get("model"))
+        slots = _slots(body, cpt, int(_setting(tables, "tokens_per_image")), measure=True)
         budget = limit - (1 if isinstance(body.get("cache_control"), dict) else 0)
         for k in _auto_positions(slots, budget, min_tokens):
             _mark(body, slots[k], ttl)
