@@ -35,6 +35,8 @@ class Context:
     # Where the request encoder placed cache breakpoints (provider-request paths), for
     # the log line and `proxai translate`.
     cache_breakpoints: list = field(default_factory=list)
+    # What a derived prompt_cache_key was derived from (session, prefix, header), never its value.
+    cache_key_source: str | None = None
 
     _vars: dict | None = field(default=None, repr=False)
 

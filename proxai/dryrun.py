@@ -82,4 +82,7 @@ def run(args: argparse.Namespace, out=None) -> int:
     if request_side and provider == "anthropic_messages" and client != provider:
         where = ", ".join(ctx.cache_breakpoints) or "none"
         print(f"trace: prompt caching ({args.prompt_caching}): cache breakpoints at {where}", file=sys.stderr)
+    if request_side and client == "anthropic_messages" and provider != client:
+        source = f"derived from {ctx.cache_key_source}" if ctx.cache_key_source else "none"
+        print(f"trace: prompt caching ({args.prompt_caching}): prompt_cache_key {source}", file=sys.stderr)
     return 0

@@ -468,6 +468,17 @@ def test_translate_trace_names_the_breakpoints(capsys, tmp_path):
     assert breakpoints(json.loads(out)) == [] and "cache breakpoints at none" in err
 
 
+def test_translate_trace_names_the_key_source_not_the_key(capsys, tmp_path):
+    path = tmp_path / "req.json"
+    path.write_text(json.dumps({"model": "gpt-5", "max_tokens": 10, "metadata": {"user_id": LEGACY_USER},
+                                "messages": [{"role": "user", "content": "hi"}]}))
+    assert main(["translate", "--from", "anthropic_messages", "--to", "openai_responses", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["prompt_cache_key"].startswith("pck_")
+    assert "trace: prompt caching (auto): prompt_cache_key derived from the Claude Code session id in metadata.user_id" in err
+    assert SESSION not in err
+
+
 def test_config_rejects_an_unknown_policy(harness):
     from proxai.config import load_dict
     from proxai.errors import ConfigError

@@ -359,17 +359,21 @@ def prompt_cache_key(scope):
     if policy == "off" or not isinstance(body, dict):
         return None
     if getattr(ctx, "prompt_cache_key", None):
+        ctx.cache_key_source = "the x-proxai-prompt-cache-key header"
         return ctx.prompt_cache_key
     if policy != "auto":
         return None
     metadata = body.get("metadata")
     session = claude_code_session(metadata.get("user_id")) if isinstance(metadata, dict) else None
     if session:
-        material = b"session\0" + session.encode()
+        material, source = b"session\0" + session.encode(), "the Claude Code session id in metadata.user_id"
     elif body.get("system") or body.get("tools"):
         material = b"prefix\0" + orjson.dumps([body.get("system"), body.get("tools")], option=orjson.OPT_SORT_KEYS)
+        source = "the system prompt and tools"
     else:
         return None
+    if ctx is not None:
+        ctx.cache_key_source = source
     return derive_key(getattr(ctx, "cache_key_secret", None), material)
 
 
