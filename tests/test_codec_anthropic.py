@@ -203,7 +203,6 @@ class TestRequestDecode:
 
     @pytest.mark.parametrize("extra,param", [
         ({"input_examples": [{"a": 1}]}, "tools[0].input_examples"),
-        ({"defer_loading": True}, "tools[0].defer_loading"),
         ({"allowed_callers": ["code_execution_20250825"]}, "tools[0].allowed_callers"),
     ])
     def test_tool_extras_rejected(self, eng, extra, param):
