@@ -80,3 +80,17 @@ def test_reasoning_drop_leaves_thinking_out_toward_anthropic():
     assert "thinking" not in out and "effort" not in (out.get("output_config") or {})
     assert out["max_tokens"] == 8192
     assert any("reasoning left out" in t for t in ctx.traces) and any("clamped" in t for t in ctx.traces)
+
+
+@pytest.mark.parametrize("fmt", [
+    {"type": "grammar", "syntax": "regex", "definition": "^[a-z]+$"},            # Responses
+    {"type": "grammar", "grammar": {"syntax": "regex", "definition": "^[a-z]+$"}},  # Chat
+])
+def test_custom_tool_grammar_goes_into_the_description(fmt):
+    eng = engine.Engine.load()
+    ir = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+          "tools": [{"type": "custom", "name": "word", "description": "One word.", "format": fmt}]}
+    out = eng.encode_request(engine.Context("openai_chat_completions", "anthropic_messages"), ir)
+    assert out["tools"][0]["description"] == (
+        "One word.\n\nPass the free-form input as the string parameter `input`.\n\n"
+        "The input must match this regex grammar:\n```\n^[a-z]+$\n```")

@@ -43,7 +43,7 @@ def wire_name(namespace: str | None, name: str) -> str:
     return f"{joined[:MAX_NAME - 11]}_{digest}"
 
 
-def custom_parameters(fmt) -> dict:
+def custom_parameters() -> dict:
     return {
         "type": "object",
         "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's free-form input, verbatim (not JSON)."}},
@@ -55,9 +55,12 @@ def custom_parameters(fmt) -> dict:
 def custom_description(description, fmt) -> str:
     lines = [description] if isinstance(description, str) and description else []
     lines.append(f"Pass the free-form input as the string parameter `{CUSTOM_INPUT}`.")
-    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
-        syntax = fmt.get("syntax") or "grammar"
-        lines.append(f"The input must match this {syntax} grammar:\n```\n{fmt['definition']}\n```")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+        # Responses: {type, syntax, definition}; Chat: {type, grammar: {syntax, definition}}.
+        grammar = fmt.get("grammar") if isinstance(fmt.get("grammar"), dict) else fmt
+        if isinstance(grammar.get("definition"), str):
+            syntax = grammar.get("syntax") or "grammar"
+            lines.append(f"The input must match this {syntax} grammar:\n```\n{grammar['definition']}\n```")
     return "\n\n".join(lines)
 
 
@@ -98,7 +101,7 @@ def fit_tools(scope):
             if custom:
                 tool = {"type": "function", "name": tool.get("name"),
                         "description": custom_description(tool.get("description"), tool.get("format")),
-                        "parameters": custom_parameters(tool.get("format")), "strict": False,
+                        "parameters": custom_parameters(), "strict": False,
                         "_path": tool.get("_path")}
             if namespace or custom:
                 renamed[(namespace, name)] = tool["name"]
