@@ -94,9 +94,14 @@ def fit_tools(scope):
                 continue
             namespace = tool.get("namespace")
             name = tool.get("name")
-            tool = {k: v for k, v in tool.items() if k != "namespace"}
+            about = tool.get("namespace_description")
+            tool = {k: v for k, v in tool.items() if k not in ("namespace", "namespace_description")}
             if namespace and isinstance(name, str):
                 tool["name"] = wire_name(namespace, name)
+                # The model saw the namespace's description once for all its tools: each carries it.
+                if about:
+                    about = f"(One of the {namespace} tools: {about})"
+                    tool["description"] = f"{tool['description']}\n\n{about}" if tool.get("description") else about
             custom = kind == "custom" and wrap_custom
             if custom:
                 tool = {"type": "function", "name": tool.get("name"),
