@@ -8,7 +8,7 @@ Run as ``before`` hooks of the provider encoders, on the IR:
   are flattened into plain names, free-form (custom) tools become a function with
   one string parameter where the provider has no free-form tools, hosted tools the
   provider cannot run are left out or rejected (the ``hosted_tools`` policy), and
-  deferred tools are sent normally when nothing could load them. The history's
+  deferred tools are sent normally (nothing could load them). The history's
   calls are renamed the same way, and every renamed tool is recorded on the
   context (``ctx.tool_calls``) so the calls that come back are restored to the
   client's form (engine/toolcalls.py).
@@ -64,10 +64,6 @@ def custom_description(description, fmt) -> str:
     return "\n\n".join(lines)
 
 
-def _is_tool_search(tool: dict) -> bool:
-    return tool.get("type") == "hosted" and "tool_search" in str(tool.get("hosted_type") or "")
-
-
 def fit_tools(scope):
     ir = scope.cur
     ctx = scope.ctx
@@ -75,7 +71,6 @@ def fit_tools(scope):
         return ir
     provider = ctx.provider_protocol
     wrap_custom = provider in FUNCTION_FOR_CUSTOM
-    renamed: dict = {}  # (namespace, name) -> wire name
     tools = ir.get("tools")
     if isinstance(tools, list) and tools:
         out = []
@@ -109,14 +104,13 @@ def fit_tools(scope):
                         "parameters": custom_parameters(), "strict": False,
                         "_path": tool.get("_path")}
             if namespace or custom:
-                renamed[(namespace, name)] = tool["name"]
                 ctx.tool_calls[tool["name"]] = {"name": name, "namespace": namespace, "custom": custom}
             out.append(tool)
-        searchable = any(_is_tool_search(t) for t in out if isinstance(t, dict))
+        # A deferred tool is loaded by a tool search the provider runs; every tool search
+        # of another protocol is hosted and left out above, so nothing could load it: it
+        # is sent normally (clients declare the deferred tools they have loaded).
         for i, tool in enumerate(out):
-            if isinstance(tool, dict) and tool.get("defer_loading") and not searchable:
-                # Nothing in this request can load a deferred tool for this provider: the
-                # tool is sent normally (the client only defers what it may need).
+            if isinstance(tool, dict) and tool.get("defer_loading"):
                 out[i] = {k: v for k, v in tool.items() if k != "defer_loading"}
                 if not any("deferred tools sent normally" in t for t in ctx.traces):
                     ctx.trace("deferred tools sent normally: no tool search the provider can run (defer_loading)")
@@ -124,8 +118,8 @@ def fit_tools(scope):
         if not out and "tool_choice" in ir:
             ir.pop("tool_choice")
             ir.pop("parallel_tool_calls", None)
-    if renamed or (wrap_custom and _has_custom_call(ir)) or _has_namespaced_call(ir):
-        ir = {**ir, "messages": [_fit_message(m, wrap_custom, ctx) for m in ir.get("messages") or ()]}
+    if (wrap_custom and _has_custom_call(ir)) or _has_namespaced_call(ir):
+        ir = {**ir, "messages": [_fit_message(m, wrap_custom) for m in ir.get("messages") or ()]}
     choice = ir.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "custom" and wrap_custom:
         ir = {**ir, "tool_choice": {**choice, "type": "tool"}}
@@ -151,7 +145,7 @@ def _has_namespaced_call(ir) -> bool:
     return any(p.get("namespace") for p in _calls(ir))
 
 
-def _fit_message(msg, wrap_custom: bool, ctx):
+def _fit_message(msg, wrap_custom: bool):
     if not isinstance(msg, dict) or msg.get("role") != "assistant":
         return msg
     parts = []
