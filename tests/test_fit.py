@@ -51,6 +51,7 @@ def test_wire_names():
     assert wire_name(None, "exec") == "exec"
     assert wire_name("crm", "lookup") == "crm__lookup"
     assert wire_name("mcp__github__", "create_issue") == "mcp__github__create_issue"
+    assert wire_name("acme.crm", "find:one") == "acme_crm__find_one"
     long = wire_name("n" * 50, "tool_with_a_long_name")
     assert len(long) == MAX_NAME and long == wire_name("n" * 50, "tool_with_a_long_name")
     assert long != wire_name("n" * 50, "tool_with_a_long_name2")

@@ -16,6 +16,7 @@ Run as ``before`` hooks of the provider encoders, on the IR:
 from __future__ import annotations
 
 import hashlib
+import re
 
 import orjson
 
@@ -29,6 +30,7 @@ FUNCTION_FOR_CUSTOM = frozenset({"anthropic_messages", "openai_chat_completions"
 CUSTOM_INPUT = "input"
 # The shortest tool-name limit of the three protocols (Chat: 64 characters).
 MAX_NAME = 64
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def wire_name(namespace: str | None, name: str) -> str:
@@ -37,6 +39,8 @@ def wire_name(namespace: str | None, name: str) -> str:
     if not namespace:
         return name
     joined = f"{namespace}{name}" if namespace.endswith("_") else f"{namespace}__{name}"
+    # Anthropic and Chat tool names are [a-zA-Z0-9_-]: anything else becomes `_`.
+    joined = _NOT_NAME.sub("_", joined)
     if len(joined) <= MAX_NAME:
         return joined
     digest = hashlib.sha256(joined.encode()).hexdigest()[:10]
