@@ -288,6 +288,7 @@ def test_reasoning_drop_and_output_ceiling_on_a_provider(start_proxy, harness, m
                            timeout=30)
     body = sent(mock)
     assert "reasoning_effort" not in body and "reasoning" not in body
+    assert "include" not in body  # non-reasoning models refuse reasoning.encrypted_content
     limit = body["max_completion_tokens"] if provider == C else body["max_output_tokens"]
     assert limit == 16384
     mock.enqueue(Turn([Text("ok")]))
