@@ -26,7 +26,7 @@ pytestmark = pytest.mark.load
 
 REQUESTS = int(os.environ.get("PROXAI_LOAD_REQUESTS", "300"))
 ROUNDS = int(os.environ.get("PROXAI_LOAD_ROUNDS", "4"))
-TIME_LIMIT = 25.0  # seconds for the whole test
+TIME_LIMIT = 90.0  # seconds for the whole test: a hang guard, not a speed target (bench/ measures speed)
 
 TEXT = Turn([Text("load test reply", chunks=["load ", "test ", "reply"])])
 TOOL = Turn([ToolCall("call_1", "f", '{"a": 1}', chunks=['{"a"', ": 1}"])])

@@ -5,7 +5,7 @@ the data item, ``scope.vars["state"]`` the per-stream state, ``scope.ctx`` the
 request context. Each module exports a literal ``HOOKS`` table; this registry is
 their union, and rule files name hooks by these keys (the linter checks them).
 """
-from . import anthropic, caching, chat, common, continuation, responses
+from . import anthropic, caching, chat, common, continuation, fit, responses
 
 HOOKS = {
     **common.HOOKS,
@@ -14,4 +14,5 @@ HOOKS = {
     **responses.HOOKS,
     **anthropic.HOOKS,
     **caching.HOOKS,
+    **fit.HOOKS,
 }
