@@ -37,6 +37,11 @@ function el(tag, attrs, ...children) {
   return node;
 }
 const $ = (id) => document.getElementById(id);
+// replaceChildren, skipping absent parts (replaceChildren itself would write "null").
+function fill(node, ...children) {
+  node.replaceChildren(...children.filter((c) => c !== null && c !== undefined && c !== false));
+  return node;
+}
 
 function fmtTime(epoch) {
   const d = new Date(epoch * 1000);
@@ -52,8 +57,40 @@ function proto(p) {
   const s = SHORT[p] || p;
   return el("span", { class: `proto ${s}`, title: p, text: s });
 }
-function compact(v) {
-  return typeof v === "string" ? v : JSON.stringify(v);
+function compact(v, limit) {
+  const text = typeof v === "string" ? v : JSON.stringify(v);
+  return limit && text.length > limit ? text.slice(0, limit) + "…" : text;
+}
+
+// The one thing an event says, for a glance down the timeline: its text delta,
+// tool arguments, stop reason, block or item type. Null when nothing stands out.
+function gist(d) {
+  if (!d || typeof d !== "object") return null;
+  const q = (v) => JSON.stringify(v);
+  const choice = Array.isArray(d.choices) ? d.choices[0] : null;
+  if (choice) {
+    const delta = choice.delta || {};
+    const parts = [];
+    if (delta.role) parts.push(`role ${delta.role}`);
+    if (delta.content) parts.push(q(delta.content));
+    if (delta.reasoning_content) parts.push(`reasoning ${q(delta.reasoning_content)}`);
+    for (const t of delta.tool_calls || []) parts.push(`tool_call[${t.index}]${t.function?.name ? " " + t.function.name : ""}${t.function?.arguments ? " " + q(t.function.arguments) : ""}`);
+    if (choice.finish_reason) parts.push(`finish_reason ${choice.finish_reason}`);
+    return parts.join(" · ") || null;
+  }
+  if (Array.isArray(d.choices) && d.usage) return "usage";
+  if (d.error) return `error: ${d.error.message || d.error.type || ""}`;
+  const delta = d.delta;
+  if (typeof delta === "string") return q(delta);
+  if (delta && typeof delta === "object") {
+    const text = delta.text ?? delta.thinking ?? delta.partial_json;
+    if (text !== undefined) return q(text);
+    if (delta.stop_reason) return `stop_reason ${delta.stop_reason}`;
+  }
+  if (d.content_block?.type) return d.content_block.type + (d.content_block.name ? ` ${d.content_block.name}` : "");
+  if (d.item?.type) return d.item.type + (d.item.name ? ` ${d.item.name}` : "");
+  if (d.response?.status) return `status ${d.response.status}`;
+  return null;
 }
 
 // --- what a request row says ---------------------------------------------------------
@@ -123,7 +160,7 @@ function refreshFilterOptions() {
     if (current && !values.includes(current)) values.push(current);
     const have = [...select.options].slice(1).map((o) => o.value);
     if (have.join("\n") === values.join("\n")) continue;
-    select.replaceChildren(el("option", { value: "", text: "all" }),
+    fill(select, el("option", { value: "", text: "all" }),
       ...values.map((v) => el("option", { value: v, text: id === "f-client" ? `${SHORT[v] || v} (${v})` : v })));
     select.value = current;
   }
@@ -134,7 +171,7 @@ function renderList() {
   const all = sortedRows();
   const shown = all.filter(matches);
   const body = $("rows");
-  body.replaceChildren(...shown.map(rowNode));
+  fill(body, ...shown.map(rowNode));
   $("count").textContent = shown.length === all.length ? `${all.length} requests` : `${shown.length} of ${all.length} requests`;
   $("empty").hidden = all.length > 0;
   state.fresh.clear();
@@ -206,7 +243,7 @@ async function openRequest(key, keepPane) {
   if (state.selected !== key) return;
   if (!res.ok) {
     $("detail").hidden = false;
-    $("detail-head").replaceChildren(el("span", { class: "muted", text: doc.error?.message || "not found" }));
+    fill($("detail-head"), el("span", { class: "muted", text: doc.error?.message || "not found" }));
     return;
   }
   state.detail = doc;
@@ -217,7 +254,7 @@ function renderDetail(doc, keepPane) {
   const s = doc.summary;
   $("detail").hidden = false;
   const kv = (k, v) => (v === null || v === undefined || v === "" ? null : el("span", { class: "kv" }, `${k} `, el("b", { text: String(v) })));
-  $("detail-head").replaceChildren(
+  fill($("detail-head"),
     el("h2", { text: s.request_id }),
     el("span", { class: "pair" }, proto(s.client_protocol), el("span", { class: "arrow", text: "→" }), proto(s.provider_protocol)),
     kv("mode", s.mode), kv("route", s.route), kv("provider", s.provider), kv("model", s.model),
@@ -231,7 +268,7 @@ function renderDetail(doc, keepPane) {
   const tl = $("subtab-timeline");
   tl.hidden = !doc.timeline;
   const nTrace = (doc.traces || []).length + (doc.error ? 1 : 0);
-  $("subtab-trace").replaceChildren("Trace", nTrace ? el("span", { class: `badge n ${doc.error ? "bad" : ""}`, text: String(nTrace) }) : null);
+  fill($("subtab-trace"), "Trace", nTrace ? el("span", { class: `badge n ${doc.error ? "bad" : ""}`, text: String(nTrace) }) : null);
   if (!keepPane || (state.pane === "timeline" && !doc.timeline)) state.pane = "phases";
   showPane(state.pane);
 }
@@ -271,7 +308,7 @@ function renderPhases(doc) {
     return el("div", { class: "phase", "data-phase": name }, head, el("div", { class: "start", text: p.start_line }), headers,
       body, p.truncated ? el("p", { class: "note", text: "truncated: only the first part is kept in memory" }) : null);
   });
-  $("phases").replaceChildren(...cols);
+  fill($("phases"), ...cols);
 }
 
 function sizeText(n) {
@@ -347,7 +384,9 @@ const END_TEXT = {
 };
 
 function eventNode(e, relayed) {
-  const summary = el("summary", {}, e.event ? el("span", { class: "ev-name", text: e.event }) : null, compact(e.data));
+  const g = gist(e.data);
+  const summary = el("summary", {}, e.event ? el("span", { class: "ev-name", text: e.event }) : null,
+    g ? el("span", { class: "gist", text: g }) : null, el("span", { class: "raw", text: compact(e.data, 240) }));
   const pre = el("pre", { text: typeof e.data === "string" ? e.data : JSON.stringify(e.data, null, 2) });
   return el("div", { class: "ev", "data-n": e.n }, relayed ? el("span", { class: "relayed", text: "relayed as is:" }) : null,
     el("details", {}, summary, pre));
@@ -356,7 +395,7 @@ function eventNode(e, relayed) {
 function renderTimeline(doc) {
   const pane = $("pane-timeline");
   const t = doc.timeline;
-  if (!t) { pane.replaceChildren(); return; }
+  if (!t) { fill(pane); return; }
   const end = t.end || {};
   const reason = end.reason || "unknown";
   const banner = el("div", { class: `end ${END_TONE[reason] || "bad"}`, id: "stream-end", "data-reason": reason },
@@ -391,7 +430,7 @@ function renderTimeline(doc) {
   const notes = [];
   if (!t.linked) notes.push(el("p", { class: "note", text: "Replayed from capture files: the rules could not line the client events up with the upstream events, so they are listed at the end." }));
   if (t.truncated) notes.push(el("p", { class: "note", text: "The timeline was truncated: only the first events are kept." }));
-  pane.replaceChildren(banner, table, ...notes);
+  fill(pane, banner, table, ...notes);
 }
 
 // --- trace and errors ---------------------------------------------------------------------
@@ -407,7 +446,7 @@ function errorBox(err) {
 
 function renderTrace(doc) {
   const traces = doc.traces || [];
-  $("pane-trace").replaceChildren(
+  fill($("pane-trace"),
     errorBox(doc.error),
     el("p", { class: "section-title", text: "Engine notes (dropped advisory fields, lossy decisions)" }),
     traces.length ? el("ul", { class: "traces", id: "traces" }, ...traces.map((t) => el("li", { text: t })))
@@ -422,12 +461,12 @@ const EXAMPLES = {
 };
 
 function fillProtocols(protocols) {
-  const fill = (select, value) => {
-    select.replaceChildren(...protocols.map((p) => el("option", { value: p, text: p })));
+  const choose = (select, value) => {
+    fill(select, ...protocols.map((p) => el("option", { value: p, text: p })));
     select.value = value;
   };
-  fill($("t-from"), "openai_chat_completions");
-  fill($("t-to"), "anthropic_messages");
+  choose($("t-from"), "openai_chat_completions");
+  choose($("t-to"), "anthropic_messages");
   if (!$("t-body").value) $("t-body").value = JSON.stringify(EXAMPLES.request, null, 2);
   hint();
 }
@@ -452,13 +491,13 @@ async function runTranslate(ev) {
     $("t-output").textContent = doc.output;
   } else {
     err.hidden = false;
-    err.replaceChildren(el("b", { text: "The rules rejected this input" }), el("div", { text: doc.error?.message || "error" }),
+    fill(err, el("b", { text: "The rules rejected this input" }), el("div", { text: doc.error?.message || "error" }),
       doc.error?.param ? el("div", { class: "mono", text: `at ${doc.error.param}` }) : null,
       doc.error?.rule ? el("span", { class: "rule", text: `rule ${doc.error.rule}` }) : null);
     $("t-output").textContent = "";
   }
   const traces = doc.traces || [];
-  $("t-traces").replaceChildren(...(traces.length ? traces.map((t) => el("li", { text: t })) : [el("li", { class: "muted", text: "no notes" })]));
+  fill($("t-traces"), ...(traces.length ? traces.map((t) => el("li", { text: t })) : [el("li", { class: "muted", text: "no notes" })]));
 }
 
 // --- wiring -----------------------------------------------------------------------------
