@@ -86,7 +86,7 @@ class InspectorWeb:
     # --- handlers ----------------------------------------------------------------------
 
     async def redirect(self, request: web.Request) -> web.StreamResponse:
-        return self._denied(request) or _secure(web.HTTPFound(PREFIX + "/"))
+        return self._denied(request) or _secure(web.Response(status=302, headers={"Location": PREFIX + "/"}))
 
     async def page(self, request: web.Request) -> web.StreamResponse:
         denied = self._denied(request)
