@@ -172,7 +172,8 @@ function renderList() {
   const shown = all.filter(matches);
   const body = $("rows");
   fill(body, ...shown.map(rowNode));
-  $("count").textContent = shown.length === all.length ? `${all.length} requests` : `${shown.length} of ${all.length} requests`;
+  const noun = all.length === 1 ? "request" : "requests";
+  $("count").textContent = shown.length === all.length ? `${all.length} ${noun}` : `${shown.length} of ${all.length} ${noun}`;
   $("empty").hidden = all.length > 0;
   state.fresh.clear();
 }
@@ -298,8 +299,11 @@ function renderPhases(doc) {
         el("td", { class: v === "[redacted]" ? "redacted" : "", text: v })))));
     let body;
     if (p.stream) {
-      body = el("ol", { class: "events" }, ...(p.events || []).map((e) => el("li", {},
-        el("span", { class: "ev-n", text: `#${e.n}` }), e.event ? el("span", { class: "ev-name", text: e.event }) : null, compact(e.data))));
+      body = el("ol", { class: "events" }, ...(p.events || []).map((e) => {
+        const g = gist(e.data);
+        return el("li", {}, el("span", { class: "ev-n", text: `#${e.n}` }), e.event ? el("span", { class: "ev-name", text: e.event }) : null,
+          g ? el("span", { class: "gist", text: g }) : null, el("span", { class: "raw", text: compact(e.data, 400) }));
+      }));
     } else if ("json" in p) {
       body = renderJson(p.json, marks[name] || new Map());
     } else {
@@ -316,25 +320,59 @@ function sizeText(n) {
 }
 
 // Marks paths that differ: `left` gets changed/removed, `right` changed/added.
-function diff(a, b, path, left, right) {
+// `path` is the place in a, `rpath` the place in b (they differ once array elements shift).
+function diff(a, b, path, left, right, rpath = path) {
   const kind = (v) => (Array.isArray(v) ? "array" : v === null ? "null" : typeof v);
-  if (kind(a) !== kind(b)) { left.set(path, "changed"); right.set(path, "changed"); return; }
+  if (kind(a) !== kind(b)) { left.set(path, "changed"); right.set(rpath, "changed"); return; }
   if (kind(a) === "object") {
     for (const k of Object.keys(a)) {
       if (!(k in b)) left.set(`${path}.${k}`, "removed");
-      else diff(a[k], b[k], `${path}.${k}`, left, right);
+      else diff(a[k], b[k], `${path}.${k}`, left, right, `${rpath}.${k}`);
     }
-    for (const k of Object.keys(b)) if (!(k in a)) right.set(`${path}.${k}`, "added");
+    for (const k of Object.keys(b)) if (!(k in a)) right.set(`${rpath}.${k}`, "added");
   } else if (kind(a) === "array") {
-    const n = Math.max(a.length, b.length);
-    for (let i = 0; i < n; i++) {
-      if (i >= b.length) left.set(`${path}[${i}]`, "removed");
-      else if (i >= a.length) right.set(`${path}[${i}]`, "added");
-      else diff(a[i], b[i], `${path}[${i}]`, left, right);
+    // Line elements up by kind (same role or type), not by position: a translation that
+    // moves one message elsewhere (system to a top-level field) shifts all the others.
+    for (const [i, j] of align(a, b)) {
+      if (j === null) left.set(`${path}[${i}]`, "removed");
+      else if (i === null) right.set(`${rpath}[${j}]`, "added");
+      else diff(a[i], b[j], `${path}[${i}]`, left, right, `${rpath}[${j}]`);
     }
   } else if (a !== b) {
-    left.set(path, "changed"); right.set(path, "changed");
+    left.set(path, "changed"); right.set(rpath, "changed");
   }
+}
+
+// Pairs [i, j] of a longest common subsequence of similar elements; [i, null] and
+// [null, j] for those left over. Long arrays are paired by position.
+function align(a, b) {
+  const similar = (x, y) => {
+    if (x === null || y === null || typeof x !== "object" || typeof y !== "object") return x === y;
+    if (Array.isArray(x) || Array.isArray(y)) return Array.isArray(x) && Array.isArray(y);
+    if ("role" in x || "role" in y) return x.role === y.role;
+    if ("type" in x || "type" in y) return x.type === y.type;
+    return true;
+  };
+  const n = a.length, m = b.length;
+  if (n * m > 40000) {
+    return Array.from({ length: Math.max(n, m) }, (_, k) => [k < n ? k : null, k < m ? k : null]);
+  }
+  const L = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      L[i][j] = similar(a[i], b[j]) ? L[i + 1][j + 1] + 1 : Math.max(L[i + 1][j], L[i][j + 1]);
+    }
+  }
+  const pairs = [];
+  let i = 0, j = 0;
+  while (i < n && j < m) {
+    if (similar(a[i], b[j]) && L[i][j] === L[i + 1][j + 1] + 1) pairs.push([i++, j++]);
+    else if (L[i + 1][j] >= L[i][j + 1]) pairs.push([i++, null]);
+    else pairs.push([null, j++]);
+  }
+  while (i < n) pairs.push([i++, null]);
+  while (j < m) pairs.push([null, j++]);
+  return pairs;
 }
 
 function renderJson(value, marks) {
@@ -383,6 +421,13 @@ const END_TEXT = {
   open: "still streaming",
 };
 
+const TAIL_TEXT = {
+  complete: "end of the upstream stream",
+  cut: "end of the upstream stream (or a broken connection)",
+  stalled: "silence: the proxy's timeout fired",
+  "client gone": "the client went away",
+};
+
 function eventNode(e, relayed) {
   const g = gist(e.data);
   const summary = el("summary", {}, e.event ? el("span", { class: "ev-name", text: e.event }) : null,
@@ -422,7 +467,7 @@ function renderTimeline(doc) {
   if (t.tail.length) {
     body.append(el("tr", { class: "tl-row tail", "data-n": "end" },
       el("td", { class: "muted", text: "end" }), el("td", { class: "muted", text: t.tail[0].t_ms ? `+${Number(t.tail[0].t_ms).toFixed(1)} ms` : "" }),
-      el("td", { class: "upstream muted", text: reason === "complete" ? "end of the upstream stream" : "no event: the proxy ended the stream" }),
+      el("td", { class: "upstream muted", text: TAIL_TEXT[reason] || "no upstream event: the proxy ended the stream" }),
       el("td", { class: "arrow", text: "→" }),
       el("td", { class: "client" }, ...t.tail.map((c) => eventNode(c)))));
   }
