@@ -417,3 +417,49 @@ def test_start_lines_are_redacted():
     assert view.redact_start_line("POST https://u:sk-1@host/v1/x?api-key=sk-2&x=1 HTTP/1.1") == \
         "POST https://[redacted]@host/v1/x?api-key=%5Bredacted%5D&x=1 HTTP/1.1"
     assert view.redact_start_line("HTTP/1.1 200 OK") == "HTTP/1.1 200 OK"
+
+
+def test_client_gone_mid_stream(harness, start_proxy, mock):
+    p = start_proxy(inspector_config(harness))
+    mock.enqueue(Turn(blocks=[Text("abcdef", chunks=list("abcdef"))], delay_secs=0.3))
+
+    async def leave_early():
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            async with session.post(p.url + "/v1/chat/completions", headers={"x-request-id": "insp-gone"},
+                                    json={"model": "anthropic/x", "stream": True,
+                                          "messages": [{"role": "user", "content": "hi"}]}) as resp:
+                await resp.content.readany()
+            # leaving the block closes the connection mid-stream
+
+    harness.loop.run(leave_early())
+    import time
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        row = next(r for r in requests_list(p) if r["request_id"] == "insp-gone")
+        if not row["in_flight"]:
+            break
+        time.sleep(0.05)
+    assert row["end"] == "client gone"
+    assert detail_of(p, "insp-gone")["timeline"]["end"]["reason"] == "client gone"
+
+
+def test_server_py_inspector_flag():
+    from test_cli import ServerProcess
+
+    server = ServerProcess(["--inspector"])
+    try:
+        server.post("/v1/chat/completions", {"model": "anthropic/demo", "messages": [{"role": "user", "content": "hi"}]})
+        u = urlsplit(server.url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
+        conn.request("GET", "/_proxai/api/requests")
+        rows = json.loads(conn.getresponse().read())["requests"]
+        conn.close()
+    finally:
+        code, err = server.stop()
+    assert code == 0
+    assert [r["provider_protocol"] for r in rows] == ["anthropic_messages"]
+    assert "/_proxai/" in err
+    assert "path=/_proxai" not in err  # the page's own requests are not request log lines

@@ -157,6 +157,7 @@ def test_live_list_phases_timeline_filters_and_no_credentials(page, inspector_pr
     assert "[DONE]" in stop["client"][-1] and any("finish_reason" in c and "stop" in c for c in stop["client"])
     assert page.locator("#timeline tr.tl-row td:nth-child(2)").first.inner_text().startswith("+")
     shot(page, "timeline")
+    page.screenshot(path=str(OUT / "overview-timeline.png"))
 
     # trace lines: the dropped advisory field, by name
     page.click("#subtab-trace")
