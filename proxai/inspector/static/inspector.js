@@ -459,14 +459,14 @@ function renderTimeline(doc) {
       : [t.linked ? "nothing sent to the client" : "—"];
     body.append(el("tr", { class: `tl-row${row.client.length ? "" : " none"}`, "data-n": row.n },
       el("td", { class: "muted", text: `#${row.n}` }),
-      el("td", { class: "muted", text: row.t_ms === null || row.t_ms === undefined ? "" : `+${Number(row.t_ms).toFixed(1)} ms` }),
+      el("td", { class: "muted", text: row.t_ms === null || row.t_ms === undefined ? "" : `+${fmtMs(row.t_ms)}` }),
       el("td", { class: "upstream" }, eventNode(row)),
       el("td", { class: "arrow", text: "→" }),
       el("td", { class: "client" }, ...client)));
   }
   if (t.tail.length) {
     body.append(el("tr", { class: "tl-row tail", "data-n": "end" },
-      el("td", { class: "muted", text: "end" }), el("td", { class: "muted", text: t.tail[0].t_ms ? `+${Number(t.tail[0].t_ms).toFixed(1)} ms` : "" }),
+      el("td", { class: "muted", text: "end" }), el("td", { class: "muted", text: t.tail[0].t_ms ? `+${fmtMs(t.tail[0].t_ms)}` : "" }),
       el("td", { class: "upstream muted", text: TAIL_TEXT[reason] || "no upstream event: the proxy ended the stream" }),
       el("td", { class: "arrow", text: "→" }),
       el("td", { class: "client" }, ...t.tail.map((c) => eventNode(c)))));
