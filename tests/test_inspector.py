@@ -463,3 +463,18 @@ def test_server_py_inspector_flag():
     assert [r["provider_protocol"] for r in rows] == ["anthropic_messages"]
     assert "/_proxai/" in err
     assert "path=/_proxai" not in err  # the page's own requests are not request log lines
+
+
+def test_ring_has_a_byte_budget(harness, start_proxy, monkeypatch):
+    from proxai.inspector import record
+
+    monkeypatch.setattr(record, "MAX_RING_BYTES", 20000)
+    p = start_proxy(inspector_config(harness))
+    client = p.openai()
+    for i in range(6):
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x" * 1500}],
+                                       extra_headers={"x-request-id": f"big-{i}"})
+    ring = p.proxy.inspector.ring
+    assert 0 < ring.bytes <= 20000 and len(ring.entries) < 6
+    assert ring.bytes == sum(e.size for e in ring.entries.values())
+    assert "big-5" in ring.by_request_id() and "big-0" not in ring.by_request_id()

@@ -25,13 +25,14 @@ from proxai.config import CAPTURE_PHASES
 # Per-request bounds: a huge body or an endless stream must not grow the ring without limit.
 MAX_PHASE_BYTES = 2 * 1024 * 1024
 MAX_TIMELINE_EVENTS = 5000
+MAX_RING_BYTES = 128 * 1024 * 1024  # the whole ring; the oldest requests go first
 
 ON_DISK = "disk"
 
 
 class Entry:
     __slots__ = ("key", "request_id", "started", "info", "phases", "truncated", "disk_root", "upstream",
-                 "outputs", "timeline_truncated", "observer", "done")
+                 "outputs", "timeline_truncated", "observer", "done", "size")
 
     def __init__(self, key: int, info: dict, disk_root=None):
         self.key = key
@@ -46,6 +47,13 @@ class Entry:
         self.timeline_truncated = False
         self.observer: Any = None  # the stream's observer (engine translator or pass-through watch)
         self.done = False
+        self.size = 0  # bytes held, counted when the request ends
+
+    def measure(self) -> int:
+        held = sum(len(b) for b in self.phases.values() if b is not ON_DISK)
+        held += sum(len(data) for _, _, data in self.upstream)
+        held += sum(len(blob) for _, _, blob in self.outputs if blob)
+        return held
 
     def elapsed_ms(self) -> float:
         return round((time.monotonic() - self.info["_started"]) * 1000, 2)
@@ -159,6 +167,7 @@ class Ring:
         self.size = size
         self.disk_root = disk_root
         self._keys = itertools.count(1)
+        self.bytes = 0  # held by finished entries
         self._subscribers: set[asyncio.Queue] = set()
 
     def open(self, info: dict, disk: capture.RequestCapture | None) -> InspectCapture:
@@ -166,7 +175,7 @@ class Ring:
         info["_inspect"] = entry
         self.entries[entry.key] = entry
         while len(self.entries) > self.size:
-            self.entries.popitem(last=False)
+            self._evict()
         self.publish(entry)
         return InspectCapture(entry, disk)
 
@@ -175,7 +184,15 @@ class Ring:
         if entry is None:
             return
         entry.done = True
+        entry.size = entry.measure()
+        self.bytes += entry.size
+        while self.bytes > MAX_RING_BYTES and len(self.entries) > 1:
+            self._evict()
         self.publish(entry)
+
+    def _evict(self) -> None:
+        _, old = self.entries.popitem(last=False)
+        self.bytes -= old.size
 
     def get(self, key: int) -> Entry | None:
         return self.entries.get(key)
