@@ -20,7 +20,6 @@ import time
 from typing import Any, Iterable
 
 from proxai import capture
-from proxai.config import CAPTURE_PHASES
 
 # Per-request bounds: a huge body or an endless stream must not grow the ring without limit.
 MAX_PHASE_BYTES = 2 * 1024 * 1024
@@ -220,6 +219,3 @@ class Ring:
 
     def close(self) -> None:
         self.publish(None)
-
-
-PHASES = CAPTURE_PHASES

@@ -8,7 +8,6 @@ or in a URL's user part).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -345,7 +344,3 @@ def redact_start_line(line: str) -> str:
         query = urlencode([(k, capture.REDACTED if capture.is_secret_header(k) else v) for k, v in pairs])
     parts[1] = urlunsplit((target.scheme, netloc, target.path, query, target.fragment))
     return " ".join(parts)
-
-
-def root_of(disk_root: Path | None) -> Path:
-    return disk_root or capture.directory()

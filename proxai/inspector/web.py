@@ -115,7 +115,7 @@ class InspectorWeb:
         return _json({
             "requests": memory + disk,
             "ring_size": self.ring.size,
-            "capture_dir": bool(self.proxy.recorder is not None),
+            "capture_to_disk": self.proxy.recorder is not None,
             "protocols": list(dryrun.PROTOCOLS),
         })
 
