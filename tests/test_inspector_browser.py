@@ -183,8 +183,8 @@ def test_live_list_phases_timeline_filters_and_no_credentials(page, inspector_pr
 
     assert_no_credentials(page)
     stream_row.click()
-    page.locator('.phase[data-phase="provider_request"] .json').wait_for()
     page.click('.subtab[data-pane="phases"]')
+    page.locator('.phase[data-phase="provider_request"] .json').wait_for()
     page.evaluate("window.scrollTo(0, 0)")
     OUT.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(OUT / "overview.png"))

@@ -211,7 +211,7 @@ function upsert(r) {
   state.rows.set(r.key, r);
   if (isNew) state.fresh.add(r.key);
   renderList();
-  if (state.selected === r.key && !r.in_flight) openRequest(r.key, true);
+  if (state.selected === r.key && !r.in_flight) openRequest(r.key);
 }
 
 // --- live updates: server-sent events, polling if they fail ------------------------------
@@ -221,9 +221,16 @@ function connect() {
   const live = $("live");
   if (!window.EventSource) return startPolling();
   const source = new EventSource(API + "events");
-  source.addEventListener("open", () => { live.classList.add("on"); $("live-text").textContent = "live"; });
+  let dropped = false;
+  source.addEventListener("open", () => {
+    live.classList.add("on");
+    $("live-text").textContent = "live";
+    if (dropped) loadList();  // catch up on what happened while disconnected
+    dropped = false;
+  });
   source.addEventListener("request", (e) => upsert(JSON.parse(e.data)));
   source.addEventListener("error", () => {
+    dropped = true;
     live.classList.remove("on");
     $("live-text").textContent = "reconnecting";
   });
@@ -236,7 +243,7 @@ function startPolling() {
 
 // --- one request -------------------------------------------------------------------------
 
-async function openRequest(key, keepPane) {
+async function openRequest(key) {
   state.selected = key;
   for (const tr of document.querySelectorAll("tr.req-row")) tr.classList.toggle("selected", tr.dataset.key === key);
   const res = await fetch(API + "requests/" + encodeURIComponent(key), { cache: "no-store" });
@@ -248,10 +255,10 @@ async function openRequest(key, keepPane) {
     return;
   }
   state.detail = doc;
-  renderDetail(doc, keepPane);
+  renderDetail(doc);
 }
 
-function renderDetail(doc, keepPane) {
+function renderDetail(doc) {
   const s = doc.summary;
   $("detail").hidden = false;
   const kv = (k, v) => (v === null || v === undefined || v === "" ? null : el("span", { class: "kv" }, `${k} `, el("b", { text: String(v) })));
@@ -270,8 +277,14 @@ function renderDetail(doc, keepPane) {
   tl.hidden = !doc.timeline;
   const nTrace = (doc.traces || []).length + (doc.error ? 1 : 0);
   fill($("subtab-trace"), "Trace", nTrace ? el("span", { class: `badge n ${doc.error ? "bad" : ""}`, text: String(nTrace) }) : null);
-  if (!keepPane || (state.pane === "timeline" && !doc.timeline)) state.pane = "phases";
+  // The pane chosen stays chosen from one request to the next (handy for comparing them).
+  if (state.pane === "timeline" && !doc.timeline) state.pane = "phases";
   showPane(state.pane);
+  if (s.in_flight) {
+    // A stream still running: follow it until it ends.
+    const key = s.key;
+    setTimeout(() => { if (state.selected === key) openRequest(key); }, 1000);
+  }
 }
 
 function showPane(name) {
