@@ -83,6 +83,7 @@ def test_off_by_default(start_proxy):
     p = start_proxy()
     assert get(p, "/_proxai/").status_code == 404
     assert get(p, "/_proxai/api/requests").status_code == 404
+    assert p.proxy.inspector is None  # nothing recorded, no observer wrapped
 
 
 def test_config_keys_and_checks():
@@ -265,7 +266,7 @@ def test_rejected_request_names_its_rule(harness, start_proxy):
     assert r.status_code == 400
     d = detail_of(p, "insp-400")
     assert d["summary"]["status"] == 400
-    assert d["error"]["translation"] == "request" and "n > 1" in d["error"]["message"]
+    assert d["error"]["translation"] == "request" and "n > 1" in d["error"]["message"] and d["error"]["param"] == "n"
     assert "anthropic_messages/request.encode.yaml:" in d["error"]["rule"]
     assert "provider_request" not in d["phases"]
 

@@ -276,11 +276,14 @@ def _error(info: dict, phases: dict[str, capture.Captured], entry: Entry) -> dic
     if not kind and not translation and (info.get("status") or 0) < 400:
         return None
     rule = info.get("_rule") or getattr(entry.observer, "error_rule", None)
-    message = None
+    message = param = None
     outbound = phases.get("outbound_response")
     if outbound is not None and not outbound.is_stream:
-        message = error_message(_json(outbound.body))
-    return {"kind": kind, "translation": translation, "rule": rule, "message": message}
+        body = _json(outbound.body)
+        message = error_message(body)
+        err = body.get("error") if isinstance(body, dict) else None
+        param = err.get("param") if isinstance(err, dict) else None
+    return {"kind": kind, "translation": translation, "rule": rule, "message": message, "param": param}
 
 
 def error_message(body: Any) -> str | None:
