@@ -25,6 +25,12 @@ from proxai.sse import SSEEvent, SSEParser
 SECRETS = [CLIENT_KEY, *PROVIDER_KEYS.values()]
 
 
+@pytest.fixture(autouse=True)
+def _own_captures_dir(tmp_path, monkeypatch):
+    """The inspector also lists captures on disk: never the machine's own."""
+    monkeypatch.setenv("PROXAI_HOME", str(tmp_path))
+
+
 def inspector_config(harness, **inspector) -> dict:
     cfg = harness.default_config()
     cfg["server"] = {"inspector": {"enabled": True, **inspector}}

@@ -23,6 +23,12 @@ PROXY_KEY = "sk-proxy-client-key-SECRET-7f3a"  # the clients' key to the proxy, 
 SECRETS = [PROXY_KEY, *PROVIDER_KEYS.values()]
 
 
+@pytest.fixture(autouse=True)
+def _own_captures_dir(tmp_path, monkeypatch):
+    """The inspector also lists captures on disk: never the machine's own."""
+    monkeypatch.setenv("PROXAI_HOME", str(tmp_path))
+
+
 def _chromium() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -254,3 +260,30 @@ def test_translate_tab(page):
                          "\"end_turn\"},\"usage\":{\"output_tokens\":1}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
     page.click("#t-run")
     page.locator("#t-output", has_text="chat.completion.chunk").wait_for()
+
+
+def test_requests_captured_to_disk_by_an_earlier_run(page, harness, start_proxy, mock, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROXAI_HOME", str(tmp_path))
+    cfg = harness.default_config()
+    cfg["capture"] = dict.fromkeys(("inbound_request", "provider_request", "upstream_response", "outbound_response"), True)
+    earlier = start_proxy(cfg)  # no inspector: only the capture files remain
+    mock.enqueue(Turn(blocks=[Text("Hello disk", chunks=["Hello ", "disk"])]))
+    stream = earlier.openai(api_key=PROXY_KEY).chat.completions.create(
+        model="anthropic/claude-demo", stream=True, messages=[{"role": "user", "content": "hi"}],
+        extra_headers={"x-request-id": "ui-disk"})
+    assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "Hello disk"
+
+    page.click("#refresh")
+    disk_row = row(page, "ui-disk")
+    disk_row.wait_for()
+    assert "disk" in disk_row.locator(".rid").inner_text()
+    disk_row.click()
+    page.locator('.phase[data-phase="provider_request"] .json').wait_for()
+    assert '"claude-demo"' in page.locator('.phase[data-phase="provider_request"]').inner_text()
+    page.click("#subtab-timeline")
+    page.locator('#stream-end[data-reason="complete"]').wait_for()
+    deltas = [r for r in timeline_rows(page) if r["upstream"].startswith("content_block_delta")]
+    assert [len(r["client"]) for r in deltas] == [1, 1]
+    assert '"content":"Hello "' in deltas[0]["client"][0] and '"content":"disk"' in deltas[1]["client"][0]
+    assert_no_credentials(page)
+    shot(page, "from-disk")
