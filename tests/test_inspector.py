@@ -458,6 +458,7 @@ def test_server_py_inspector_flag():
 
     server = ServerProcess(["--inspector"])
     try:
+        assert f"inspector at {server.url}/_proxai/" in server.proc.stderr.readline()
         server.post("/v1/chat/completions", {"model": "anthropic/demo", "messages": [{"role": "user", "content": "hi"}]})
         u = urlsplit(server.url)
         conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)
@@ -468,7 +469,6 @@ def test_server_py_inspector_flag():
         code, err = server.stop()
     assert code == 0
     assert [r["provider_protocol"] for r in rows] == ["anthropic_messages"]
-    assert "/_proxai/" in err
     assert "path=/_proxai" not in err  # the page's own requests are not request log lines
 
 
