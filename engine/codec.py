@@ -20,7 +20,8 @@ class Codec:
         request = self.kind.startswith("request")
         self.run = Run(InvalidRequest if request else UpstreamProtocolError, annotate_paths=self.kind == "request.decode")
         self.params = dict(doc.get("params") or {})
-        self.rejects = [(compiler.compile(r["when"], r), r["param"], r["message"]) for r in doc.get("reject") or []]
+        self.rejects = [(compiler.compile(r["when"], r), r["param"], r["message"], compiler.where(r))
+                        for r in doc.get("reject") or []]
         self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
         self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
         self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
@@ -32,9 +33,9 @@ class Codec:
         if self.params:
             ctx.param_names.update(self.params)
         scope = Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, self.run)
-        for when, param, message in self.rejects:
+        for when, param, message, where in self.rejects:
             if truthy(when(scope)):
-                raise InvalidRequest(message, ctx.param_names.get(param, param))
+                raise InvalidRequest(message, ctx.param_names.get(param, param), where)
         if self.advisory and isinstance(payload, dict):
             for steps in self.advisory:
                 for where, value in _walk(payload, steps, ""):

@@ -210,9 +210,22 @@ class StreamTranslator:
         # True when the stream failed because a source event could not be translated
         # (as opposed to an upstream error event, EOF or a timeout).
         self.translation_failed = False
+        self.error_rule = None  # the rule file:line of that failure
         self.usage = None
         self.stop = None
         self._open_tools: set = set()
+        # Off (None) unless inspect() was called; see there.
+        self.links: list | None = None
+        self._fed = 0
+        self._source: int | None = None
+        self._origins: dict = {}
+
+    def inspect(self) -> list:
+        """Record which source event produced each client event: a list of
+        (source event number from 1 in feed order, or None for EOF and failures,
+        client SSE bytes). Held-back blocks (BlockSerializer) keep their origin."""
+        self.links = []
+        return self.links
 
     @property
     def in_tool_arguments(self) -> bool:
@@ -223,6 +236,9 @@ class StreamTranslator:
         return self.complete or self.failed
 
     def feed(self, sse) -> list[bytes]:
+        if self.links is not None:
+            self._fed += 1
+            self._source = self._fed
         if self.complete or self.failed:
             return []
         data = sse.data
@@ -243,10 +259,12 @@ class StreamTranslator:
             events = self.decoder.decode(payload)
         except TranslationError as err:
             self.translation_failed = True
+            self.error_rule = err.rule
             events = [error_event(err)]
         return self._emit(events)
 
     def eof(self) -> list[bytes]:
+        self._source = None
         if self.complete or self.failed:
             return []
         try:
@@ -259,6 +277,7 @@ class StreamTranslator:
         return self._emit(events)
 
     def fail(self, kind: str, message: str, status: int = 502) -> list[bytes]:
+        self._source = None
         if self.complete or self.failed:
             return []
         return self._emit([{"type": "error", "status": status, "error_type": kind, "message": message}])
@@ -275,6 +294,8 @@ class StreamTranslator:
             events = [r for ev in events for r in self.restorer.push(ev)]
         for ev in events:
             self._observe(ev)
+            if self.links is not None:
+                self._origins[id(ev)] = self._source
             staged = self.serializer.push(ev) if self.serializer is not None else (ev,)
             for item in staged:
                 self._encode(item, out)
@@ -290,10 +311,17 @@ class StreamTranslator:
             if kind == "error":
                 raise
             self.translation_failed = True
+            self.error_rule = err.rule
             self._encode(error_event(err), out)
             return
-        for item in wire:
-            out.append(self._sse(item))
+        if self.links is None:
+            for item in wire:
+                out.append(self._sse(item))
+        else:
+            source = self._origins.pop(id(ev), self._source)
+            for item in wire:
+                out.append(self._sse(item))
+                self.links.append((source, out[-1]))
         if kind == IR_TERMINAL:
             self.complete = True
         elif kind == "error":

@@ -18,7 +18,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, ingress, requestid, usage
+from proxai import capture, ingress, inspector, requestid, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
@@ -61,6 +61,8 @@ class Proxy:
         phases = [phase for phase, on in config.capture.items() if on]
         # None when capture is off: the request path then creates no capture object at all.
         self.recorder = capture.Recorder(phases) if phases else None
+        settings = config.server.inspector
+        self.inspector = inspector.Inspector(settings.max_requests, self.recorder and self.recorder.root) if settings.enabled else None
         self.metrics = Metrics(in_flight=lambda: self.active)
         # Rules load once, here; a broken rule file (built-in or the config's rules_dir)
         # stops startup with file:line rather than failing requests later.
@@ -100,6 +102,8 @@ class Proxy:
         self._authorize(request)
         if self.recorder is not None:
             request[CAPTURE_KEY] = self.recorder.open(info["request_id"])
+        if self.inspector is not None:
+            request[CAPTURE_KEY] = self.inspector.open(info, request.get(CAPTURE_KEY))
         server = self.config.server
         if self.active >= server.max_concurrent_requests:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
@@ -184,6 +188,8 @@ class Proxy:
         return await self._stream(request, relay, upstream, info)
 
     async def _stream(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
+        if self.inspector is not None:
+            relay.observer = self.inspector.watch(relay.observer, info)
         try:
             await relay.prime()
         except BaseException:
@@ -269,6 +275,7 @@ class Proxy:
             out_body = self.engine.translate_request(ctx, body)
         except engine.InvalidRequest as exc:
             info["translation_error"] = "request"
+            info["_rule"] = exc.rule
             raise E.InvalidRequest(getattr(exc, "message", None) or str(exc), param=getattr(exc, "param", None)) from None
         except Exception:
             info["translation_error"] = "request"
@@ -293,6 +300,7 @@ class Proxy:
                     client_body = self.engine.translate_response(ctx, upstream_body)
                 except engine.UpstreamProtocolError as exc:
                     info["translation_error"] = "response"
+                    info["_rule"] = exc.rule
                     raise E.UpstreamProtocolError(getattr(exc, "message", None) or str(exc)) from None
                 except Exception:
                     info["translation_error"] = "response"
@@ -419,7 +427,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
                 cap.whole("outbound_response", capture.status_line(response.status, response.reason),
                           response.headers.items(), bytes(response.body))
             cap.close()
-        if request.path not in _UNLOGGED:
+        if request.path not in _UNLOGGED and not request.path.startswith(inspector.PREFIX):
             if response is None:  # cancelled: the client went away
                 info.setdefault("outcome", "client_disconnected")
                 info.setdefault("status", 499)
@@ -431,6 +439,8 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             log_request(**info)
             if request.path in PATHS:
                 request.app[PROXY_KEY].metrics.observe(info)
+                if request.app[PROXY_KEY].inspector is not None:
+                    request.app[PROXY_KEY].inspector.finish(info)
         requestid.current.reset(token)
 
 
@@ -464,6 +474,8 @@ def build_app(
     app.router.add_get("/healthz", proxy.healthz)
     if config.server.metrics.enabled:
         app.router.add_get("/metrics", proxy.metrics_endpoint)
+    if proxy.inspector is not None:
+        proxy.inspector.add_routes(app, proxy)
     app.on_startup.append(proxy.on_startup)
     app.on_cleanup.append(proxy.on_cleanup)
     return app

@@ -96,6 +96,8 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--capture", metavar="PHASES", type=_capture_phases,
                         help="overrides the capture: section: all, none, or a comma list of inbound_request, "
                              "provider_request, upstream_response, outbound_response")
+    parser.add_argument("--inspector", action="store_true",
+                        help="serve the translation inspector at /_proxai/ (sets server.inspector.enabled)")
 
 
 def _capture_phases(text: str) -> dict[str, bool]:
@@ -126,6 +128,9 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     config = with_server(config, args.host, args.port)
     if args.capture is not None:
         config = dataclasses.replace(config, capture=args.capture)
+    if args.inspector:
+        inspector = dataclasses.replace(config.server.inspector, enabled=True)
+        config = dataclasses.replace(config, server=dataclasses.replace(config.server, inspector=inspector))
     logs.setup(args.log_level or config.log_level, args.log_format or config.log_format)
     if args.workers < 1:
         print("proxai: --workers must be at least 1", file=sys.stderr)
@@ -204,6 +209,9 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
         if proxy.recorder is not None:
             log.warning("capturing %s to %s (files hold prompts and responses; not API keys)",
                         ", ".join(p for p in CAPTURE_PHASES if p in proxy.recorder.phases), proxy.recorder.root)
+        if proxy.inspector is not None and not reuse_port:
+            log.info("inspector at %s/_proxai/ (keeps the last %d requests in memory, prompts included)",
+                     url, proxy.config.server.inspector.max_requests)
         if not proxy.config.server.api_keys and not _is_loopback(host):
             log.warning(
                 "listening on non-loopback address %s without server.api_keys: anyone who can reach it can use your providers",

@@ -34,6 +34,13 @@ class MetricsConfig:
 
 
 @dataclass(frozen=True)
+class InspectorConfig:
+    enabled: bool = False
+    loopback_only: bool = True  # False needs server.api_keys
+    max_requests: int = 200  # requests kept in memory for the page
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
@@ -41,6 +48,7 @@ class ServerConfig:
     max_concurrent_requests: int = 64
     api_keys: tuple[str, ...] = ()
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    inspector: InspectorConfig = field(default_factory=InspectorConfig)
 
 
 @dataclass(frozen=True)
@@ -297,6 +305,7 @@ def _build(doc: dict[str, Any]) -> Config:
             max_concurrent_requests=server.get("max_concurrent_requests", 64),
             api_keys=tuple(server.get("api_keys", ())),
             metrics=MetricsConfig(**server.get("metrics", {})),
+            inspector=InspectorConfig(**server.get("inspector", {})),
         ),
         default_providers=dict(routing.get("default_providers", {})),
         routes=routes,
@@ -319,6 +328,8 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
 
     if cfg.server.metrics.require_auth and not cfg.server.api_keys:
         problems.append(("server.metrics.require_auth", "needs server.api_keys (the keys /metrics then requires)"))
+    if not cfg.server.inspector.loopback_only and not cfg.server.api_keys:
+        problems.append(("server.inspector.loopback_only", "false needs server.api_keys (the keys /_proxai/ then requires)"))
     for name, p in cfg.providers.items():
         if p.protocol != ANTHROPIC:
             for key in _ANTHROPIC_ONLY:

@@ -43,32 +43,12 @@ def run(args: argparse.Namespace, out=None) -> int:
     except engine.RuleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    request_side = not (args.response or args.stream)
-    client, provider = (args.source, args.target) if request_side else (args.target, args.source)
+    kind = "stream" if args.stream else "response" if args.response else "request"
     client_body = json.loads(Path(args.client_request).read_text()) if args.client_request else None
-    ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=args.provider_name,
-                         client_body=client_body, prompt_caching=args.prompt_caching)
     try:
-        if args.stream:
-            if client == provider:
-                out.write(raw.decode("utf-8", "replace"))
-                return 0
-            translator = eng.open_stream(ctx)
-            parser = SSEParser()
-            for event in parser.feed(raw):
-                for chunk in translator.feed(event):
-                    out.write(chunk.decode())
-            for chunk in translator.eof():
-                out.write(chunk.decode())
-        else:
-            body = json.loads(raw)
-            if client == provider:
-                result = body
-            elif request_side:
-                result = eng.translate_request(ctx, body)
-            else:
-                result = eng.translate_response(ctx, body)
-            out.write(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+        result, traces = translate(eng, kind, args.source, args.target, raw, client_body, args.provider_name,
+                                   prompt_caching=args.prompt_caching)
+        out.write(result)
     except (ValueError, UnicodeDecodeError) as err:
         print(f"error: {args.file} is not valid JSON: {err}", file=sys.stderr)
         return 2
@@ -77,12 +57,46 @@ def run(args: argparse.Namespace, out=None) -> int:
         rule = f" [rule {err.rule}]" if err.rule else ""
         print(f"error: {err.message}{where}{rule}", file=sys.stderr)
         return 1
-    for line in ctx.traces:
+    for line in traces:
         print(f"trace: {line}", file=sys.stderr)
-    if request_side and provider == "anthropic_messages" and client != provider:
-        where = ", ".join(ctx.cache_breakpoints) or "none"
-        print(f"trace: prompt caching ({args.prompt_caching}): cache breakpoints at {where}", file=sys.stderr)
-    if request_side and client == "anthropic_messages" and provider != client:
-        source = f"derived from {ctx.cache_key_source}" if ctx.cache_key_source else "none"
-        print(f"trace: prompt caching ({args.prompt_caching}): prompt_cache_key {source}", file=sys.stderr)
     return 0
+
+
+def translate(eng: engine.Engine, kind: str, source: str, target: str, raw: bytes,
+              client_body: dict | None = None, provider_name: str = "provider",
+              prompt_caching: str = "auto") -> tuple[str, list[str]]:
+    """One payload through the rules: `kind` is request, response or stream; `source` the
+    protocol it is written in. Returns the output text and the engine's trace lines.
+    Raises ValueError / UnicodeDecodeError (not JSON) or engine.TranslationError."""
+    request_side = kind == "request"
+    client, provider = (source, target) if request_side else (target, source)
+    ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=provider_name,
+                         client_body=client_body, prompt_caching=prompt_caching)
+    if kind == "stream":
+        if client == provider:
+            return raw.decode("utf-8", "replace"), ctx.traces
+        translator = eng.open_stream(ctx)
+        parser = SSEParser()
+        chunks = [chunk for event in parser.feed(raw) for chunk in translator.feed(event)]
+        chunks.extend(translator.eof())
+        return b"".join(chunks).decode(), ctx.traces
+    body = json.loads(raw)
+    if client == provider:
+        result = body
+    elif request_side:
+        result = eng.translate_request(ctx, body)
+        ctx.traces.extend(_caching_traces(ctx, prompt_caching))
+    else:
+        result = eng.translate_response(ctx, body)
+    return json.dumps(result, indent=2, ensure_ascii=False) + "\n", ctx.traces
+
+
+def _caching_traces(ctx: engine.Context, policy: str) -> list[str]:
+    """Where prompt caching put breakpoints (toward Anthropic) or what a key came from."""
+    if ctx.provider_protocol == "anthropic_messages":
+        where = ", ".join(ctx.cache_breakpoints) or "none"
+        return [f"prompt caching ({policy}): cache breakpoints at {where}"]
+    if ctx.client_protocol == "anthropic_messages":
+        source = f"derived from {ctx.cache_key_source}" if ctx.cache_key_source else "none"
+        return [f"prompt caching ({policy}): prompt_cache_key {source}"]
+    return []
