@@ -16,6 +16,7 @@ from .codec import Codec
 from .ruleset import BUILTIN_RULES, build_tables, read_dirs
 from .stream import StreamRules, StreamTranslator
 from .template import Compiler
+from .toolcalls import restore_response
 
 __all__ = ["Engine", "Context", "ProxaiError", "RuleError", "TranslationError", "InvalidRequest",
            "UpstreamProtocolError", "DEFAULT_MAX_TOKENS"]
@@ -74,7 +75,10 @@ class Engine:
     def translate_response(self, ctx: Context, body: dict) -> dict:
         if not isinstance(body, dict):
             raise UpstreamProtocolError("upstream response body is not a JSON object")
-        return self.encode_response(ctx, self.decode_response(ctx, body))
+        ir = self.decode_response(ctx, body)
+        if ctx.tool_calls:
+            ir = restore_response(ir, ctx)
+        return self.encode_response(ctx, ir)
 
     def open_stream(self, ctx: Context) -> StreamTranslator:
         decoder = self.streams.get(("stream.decode", ctx.provider_protocol))

@@ -21,6 +21,15 @@ class Context:
     drop_sampling: bool = False
     # Chat providers: the output-limit field to send (older servers know only max_tokens).
     max_tokens_field: str = "max_completion_tokens"
+    # What the model behind the route can take (provider settings, route overrides).
+    hosted_tools: str = "drop"            # drop | reject: hosted tools the provider cannot run
+    reasoning: str = "forward"            # forward | drop: reasoning effort / thinking
+    max_output_tokens: int | None = None  # the model's output-token ceiling; larger client limits are clamped
+    # Tools sent under another name or form (namespaced, free-form as a function), by the
+    # name the provider sees, so the calls that come back reach the client in its own form.
+    tool_calls: dict = field(default_factory=dict)
+    # Hosted tool types left out of the provider request (the client is told in a header).
+    dropped_tools: list = field(default_factory=list)
     # Wire names the client used for canonical fields (filled by request decoders) so a
     # rejection by the provider's encoder can name the client's own field.
     param_names: dict = field(default_factory=dict)
@@ -47,6 +56,7 @@ class Context:
             "max_tokens_default": self.max_tokens_default or DEFAULT_MAX_TOKENS,
             "drop_sampling": self.drop_sampling,
             "max_tokens_field": self.max_tokens_field,
+            "reasoning": self.reasoning,
             "include_usage": bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),
             "client_body": body,
         }

@@ -44,6 +44,7 @@ class Part(TypedDict, total=False):
     name: str
     arguments: str                    # tool_call: JSON text
     custom: bool                      # tool_call: a free-form (custom) tool call, whose input is text
+    namespace: str                    # tool_call: the Responses namespace of the called tool
     input: str
     call_id: str                      # tool_result
     content: list["Part"]             # tool_result
@@ -64,6 +65,9 @@ class Tool(TypedDict, total=False):
     parameters: dict | None
     strict: bool | None
     hosted_type: str
+    format: dict                      # custom: text or grammar
+    namespace: str                    # the Responses namespace it was declared in
+    defer_loading: bool
 
 
 class ToolChoice(TypedDict, total=False):
@@ -156,6 +160,8 @@ class BlockStart(TypedDict, total=False):
     kind: BlockKind
     id: str
     name: str
+    custom: bool       # tool_call: a free-form call; its deltas are the input text
+    namespace: str     # tool_call: the Responses namespace of the called tool
     text: str
     opaque: Opaque
 

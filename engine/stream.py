@@ -16,6 +16,7 @@ import orjson
 from .errors import TranslationError, UpstreamProtocolError
 from .expr import compile_expr, truthy
 from .template import Compiler, Run, Scope
+from .toolcalls import StreamRestorer
 
 IR_TERMINAL = "message_stop"
 
@@ -200,6 +201,8 @@ class StreamTranslator:
         self.decoder = StreamRun(decoder, ctx)
         self.encoder = StreamRun(encoder, ctx)
         self.serializer = None if encoder.overlap else BlockSerializer()
+        # Calls of tools the provider saw under another name or form (engine/toolcalls.py).
+        self.restorer = StreamRestorer(ctx.tool_calls) if getattr(ctx, "tool_calls", None) else None
         self.named = encoder.named_sse
         self.stamp = encoder.stamp
         self.complete = False
@@ -268,6 +271,8 @@ class StreamTranslator:
 
     def _emit(self, events: list) -> list[bytes]:
         out: list[bytes] = []
+        if self.restorer is not None:
+            events = [r for ev in events for r in self.restorer.push(ev)]
         for ev in events:
             self._observe(ev)
             staged = self.serializer.push(ev) if self.serializer is not None else (ev,)

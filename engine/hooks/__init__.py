@@ -5,7 +5,7 @@ the data item, ``scope.vars["state"]`` the per-stream state, ``scope.ctx`` the
 request context. Each module exports a literal ``HOOKS`` table; this registry is
 their union, and rule files name hooks by these keys (the linter checks them).
 """
-from . import anthropic, chat, common, continuation, responses
+from . import anthropic, chat, common, continuation, fit, responses
 
 HOOKS = {
     **common.HOOKS,
@@ -13,4 +13,5 @@ HOOKS = {
     **chat.HOOKS,
     **responses.HOOKS,
     **anthropic.HOOKS,
+    **fit.HOOKS,
 }

@@ -369,7 +369,7 @@ def enc_part(scope, index=None, kind=None):
     return opened
 
 
-def enc_item(scope, index=None, kind=None, call_id=None, name=None, opaque=None):
+def enc_item(scope, index=None, kind=None, call_id=None, name=None, opaque=None, custom=None, namespace=None):
     """A reasoning / redacted reasoning / tool call block becomes its own output item
     (call the message close first). ``$state.blk`` is its record. Redacted reasoning with
     continuation off would carry nothing: its record is marked ``skip`` and gets no item."""
@@ -378,9 +378,10 @@ def enc_item(scope, index=None, kind=None, call_id=None, name=None, opaque=None)
         blk = {"kind": kind, "skip": True, "text": ""}
     else:
         oi = _next_oi(state)
-        item_id = f"fc_{call_id}" if kind == "tool_call" else f"rs_{state.get('k', '')}_{oi}"
+        prefix = "ctc" if custom else "fc"
+        item_id = f"{prefix}_{call_id}" if kind == "tool_call" else f"rs_{state.get('k', '')}_{oi}"
         blk = {"kind": kind, "item_id": item_id, "output_index": oi, "content_index": 0, "text": "",
-               "call_id": call_id, "name": name, "opaque": opaque}
+               "call_id": call_id, "name": name, "opaque": opaque, "custom": bool(custom), "namespace": namespace}
     state["blocks"][str(index)] = state["blk"] = blk
     return None
 

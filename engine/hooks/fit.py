@@ -1,0 +1,238 @@
+"""Fitting an IR request to what the provider and its model can take.
+
+Run as ``before`` hooks of the provider encoders, on the IR:
+
+* ``fit.capabilities``: the route's model capabilities (reasoning dropped, the
+  output-token ceiling);
+* ``fit.tools``: tool declarations the provider has no form for. Namespaced tools
+  are flattened into plain names, free-form (custom) tools become a function with
+  one string parameter where the provider has no free-form tools, hosted tools the
+  provider cannot run are left out or rejected (the ``hosted_tools`` policy), and
+  deferred tools are sent normally when nothing could load them. The history's
+  calls are renamed the same way, and every renamed tool is recorded on the
+  context (``ctx.tool_calls``) so the calls that come back are restored to the
+  client's form (engine/toolcalls.py).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import orjson
+
+from ..context import DEFAULT_MAX_TOKENS
+from ..errors import InvalidRequest
+
+# Providers with no free-form tool type: a custom tool goes out as a function whose one
+# string parameter carries the free-form input. Chat servers other than OpenAI's have
+# no custom tools, so Chat providers get the function form too.
+FUNCTION_FOR_CUSTOM = frozenset({"anthropic_messages", "openai_chat_completions"})
+CUSTOM_INPUT = "input"
+# The shortest tool-name limit of the three protocols (Chat: 64 characters).
+MAX_NAME = 64
+
+
+def wire_name(namespace: str | None, name: str) -> str:
+    """``crm`` + ``lookup`` -> ``crm__lookup``; a namespace that already ends in ``_``
+    (Codex's ``mcp__server__``) is joined as is. Over-long names keep a stable hash."""
+    if not namespace:
+        return name
+    joined = f"{namespace}{name}" if namespace.endswith("_") else f"{namespace}__{name}"
+    if len(joined) <= MAX_NAME:
+        return joined
+    digest = hashlib.sha256(joined.encode()).hexdigest()[:10]
+    return f"{joined[:MAX_NAME - 11]}_{digest}"
+
+
+def custom_parameters(fmt) -> dict:
+    return {
+        "type": "object",
+        "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's free-form input, verbatim (not JSON)."}},
+        "required": [CUSTOM_INPUT],
+        "additionalProperties": False,
+    }
+
+
+def custom_description(description, fmt) -> str:
+    lines = [description] if isinstance(description, str) and description else []
+    lines.append(f"Pass the free-form input as the string parameter `{CUSTOM_INPUT}`.")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
+        syntax = fmt.get("syntax") or "grammar"
+        lines.append(f"The input must match this {syntax} grammar:\n```\n{fmt['definition']}\n```")
+    return "\n\n".join(lines)
+
+
+def _is_tool_search(tool: dict) -> bool:
+    return tool.get("type") == "hosted" and "tool_search" in str(tool.get("hosted_type") or "")
+
+
+def fit_tools(scope):
+    ir = scope.cur
+    ctx = scope.ctx
+    if not isinstance(ir, dict) or ctx is None:
+        return ir
+    provider = ctx.provider_protocol
+    wrap_custom = provider in FUNCTION_FOR_CUSTOM
+    renamed: dict = {}  # (namespace, name) -> wire name
+    tools = ir.get("tools")
+    if isinstance(tools, list) and tools:
+        out = []
+        for tool in tools:
+            if not isinstance(tool, dict):
+                out.append(tool)
+                continue
+            kind = tool.get("type")
+            if kind == "hosted":
+                hosted = str(tool.get("hosted_type") or tool.get("name") or "?")
+                if ctx.hosted_tools == "reject":
+                    raise InvalidRequest(f"hosted tool type {hosted!r} cannot be run by this provider "
+                                         "(hosted_tools: reject)", tool.get("_path") or "tools")
+                ctx.trace(f"hosted tool {hosted} left out: the provider cannot run it (hosted_tools: drop)")
+                ctx.dropped_tools.append(hosted)
+                continue
+            namespace = tool.get("namespace")
+            name = tool.get("name")
+            tool = {k: v for k, v in tool.items() if k != "namespace"}
+            if namespace and isinstance(name, str):
+                tool["name"] = wire_name(namespace, name)
+            custom = kind == "custom" and wrap_custom
+            if custom:
+                tool = {"type": "function", "name": tool.get("name"),
+                        "description": custom_description(tool.get("description"), tool.get("format")),
+                        "parameters": custom_parameters(tool.get("format")), "strict": False,
+                        "_path": tool.get("_path")}
+            if namespace or custom:
+                renamed[(namespace, name)] = tool["name"]
+                ctx.tool_calls[tool["name"]] = {"name": name, "namespace": namespace, "custom": custom}
+            out.append(tool)
+        searchable = any(_is_tool_search(t) for t in out if isinstance(t, dict))
+        for i, tool in enumerate(out):
+            if isinstance(tool, dict) and tool.get("defer_loading") and not searchable:
+                # Nothing in this request can load a deferred tool for this provider: the
+                # tool is sent normally (the client only defers what it may need).
+                out[i] = {k: v for k, v in tool.items() if k != "defer_loading"}
+                if not any("deferred tools sent normally" in t for t in ctx.traces):
+                    ctx.trace("deferred tools sent normally: no tool search the provider can run (defer_loading)")
+        ir = {**ir, "tools": out} if out else {k: v for k, v in ir.items() if k != "tools"}
+        if not out and "tool_choice" in ir:
+            ir.pop("tool_choice")
+            ir.pop("parallel_tool_calls", None)
+    if renamed or (wrap_custom and _has_custom_call(ir)) or _has_namespaced_call(ir):
+        ir = {**ir, "messages": [_fit_message(m, wrap_custom, ctx) for m in ir.get("messages") or ()]}
+    choice = ir.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "custom" and wrap_custom:
+        ir = {**ir, "tool_choice": {**choice, "type": "tool"}}
+    if isinstance(choice, dict) and choice.get("type") == "hosted" and ctx.dropped_tools:
+        ctx.trace("hosted tool_choice left out with its tool")
+        ir = {k: v for k, v in ir.items() if k != "tool_choice"}
+    return ir
+
+
+def _calls(ir):
+    for m in ir.get("messages") or ():
+        if isinstance(m, dict):
+            for p in m.get("content") or ():
+                if isinstance(p, dict) and p.get("type") == "tool_call":
+                    yield p
+
+
+def _has_custom_call(ir) -> bool:
+    return any(p.get("custom") for p in _calls(ir))
+
+
+def _has_namespaced_call(ir) -> bool:
+    return any(p.get("namespace") for p in _calls(ir))
+
+
+def _fit_message(msg, wrap_custom: bool, ctx):
+    if not isinstance(msg, dict) or msg.get("role") != "assistant":
+        return msg
+    parts = []
+    for p in msg.get("content") or ():
+        if isinstance(p, dict) and p.get("type") == "tool_call" and (p.get("namespace") or (p.get("custom") and wrap_custom)):
+            name = wire_name(p.get("namespace"), p.get("name") or "")
+            p = {k: v for k, v in p.items() if k != "namespace"}
+            p["name"] = name
+            if p.get("custom") and wrap_custom:
+                p.pop("custom")
+                p["arguments"] = orjson.dumps({CUSTOM_INPUT: p.pop("input", None) or ""}).decode()
+        parts.append(p)
+    return {**msg, "content": parts}
+
+
+def fit_capabilities(scope):
+    """The model's limits: ``reasoning: drop`` leaves effort and thinking out; an
+    output-token ceiling clamps the client's limit (and is the limit when it set none
+    and the provider needs one)."""
+    ir = scope.cur
+    ctx = scope.ctx
+    if not isinstance(ir, dict) or ctx is None:
+        return ir
+    if ctx.reasoning == "drop" and ir.get("reasoning"):
+        ctx.trace("reasoning left out: the model takes none (reasoning: drop)")
+        ir = {k: v for k, v in ir.items() if k != "reasoning"}
+    ceiling = ctx.max_output_tokens
+    if ceiling:
+        wanted = ir.get("max_output_tokens")
+        if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > ceiling:
+            ctx.trace(f"max output tokens {wanted} clamped to the model's {ceiling} (max_output_tokens)")
+            ir = {**ir, "max_output_tokens": ceiling}
+        elif wanted is None and ctx.provider_protocol == "anthropic_messages":
+            ir = {**ir, "max_output_tokens": min(ceiling, ctx.max_tokens_default or DEFAULT_MAX_TOKENS)}
+    return ir
+
+
+HOOKS = {
+    "fit.tools": fit_tools,
+    "fit.capabilities": fit_capabilities,
+}
+
+
+# --- after hooks, on the provider request ---------------------------------------------
+
+
+def anthropic_sampling(scope):
+    """Anthropic refuses temperature, top_p and top_k together with thinking: with
+    thinking on they are left out (a trace names them)."""
+    out = scope.cur
+    thinking = out.get("thinking") if isinstance(out, dict) else None
+    if not isinstance(thinking, dict) or thinking.get("type") == "disabled":
+        return out
+    dropped = [k for k in ("temperature", "top_p", "top_k") if out.get(k) is not None]
+    if not dropped:
+        return out
+    if scope.ctx is not None:
+        scope.ctx.trace(f"{', '.join(dropped)} left out: Anthropic takes no sampling settings with thinking on")
+    return {k: v for k, v in out.items() if k not in dropped}
+
+
+def chat_tool_media(scope):
+    """Chat tool messages hold text only. The images and documents of a run of tool
+    messages move into one user message right after the run, each labelled with its
+    call id, so the model still sees them and the session never becomes a 400."""
+    out = scope.cur
+    messages = out.get("messages") if isinstance(out, dict) else None
+    if not isinstance(messages, list) or not any(isinstance(m, dict) and "_media" in m for m in messages):
+        return out
+    result: list = []
+    pending: list = []
+    for msg in messages:
+        is_tool = isinstance(msg, dict) and msg.get("role") == "tool"
+        if pending and not is_tool:
+            result.append({"role": "user", "content": pending})
+            pending = []
+        if is_tool and "_media" in msg:
+            msg = dict(msg)
+            media = msg.pop("_media") or []
+            if media:
+                pending.append({"type": "text", "text": f"Attachments of tool result {msg.get('tool_call_id')}:"})
+                pending.extend(media)
+        result.append(msg)
+    if pending:
+        result.append({"role": "user", "content": pending})
+    return {**out, "messages": result}
+
+
+HOOKS.update({
+    "fit.anthropic_sampling": anthropic_sampling,
+    "fit.chat_tool_media": chat_tool_media,
+})
