@@ -59,12 +59,14 @@ class MockUpstream:
     """Serves POST /v1/chat/completions, /v1/responses and /v1/messages on `app`.
 
     `enqueue` scripts replies (Json, Error, Stream, Hang, or a Turn rendered in the protocol of
-    the path hit, streaming when the request's "stream" is true); `requests` records everything
-    received, unknown paths included."""
+    the path hit, streaming when the request's "stream" is true); `responder`, when set, answers
+    whatever the queue does not (a callable like a queued one: an agent's whole conversation);
+    `requests` records everything received, unknown paths included."""
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self._queue: deque = deque()
+        self.responder = None
         self._closing = False
         self.url: str | None = None
         self._server = None
@@ -80,6 +82,7 @@ class MockUpstream:
 
     def reset(self) -> None:
         self._queue.clear()
+        self.responder = None
         self.requests.clear()
 
     @property
@@ -153,6 +156,8 @@ class MockUpstream:
             return _json(405, native_error_body(protocol, 405, f"method {request.method} not allowed"))
         if self._queue:
             reply = self._queue.popleft()
+        elif self.responder is not None:
+            reply = self.responder
         else:
             reply = demo.demo_turn(protocol, record.body or {})
         if callable(reply):

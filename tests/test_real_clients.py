@@ -1,0 +1,216 @@
+"""The real coding-agent CLIs, headless, through the proxy toward each provider protocol.
+
+Codex CLI (`codex exec`, Responses API) and Claude Code (`claude -p`, Messages API),
+as pinned in tests/clients/package.json, run with their default settings against a
+scripted mock upstream. The script answers the agent's turn with reasoning and a call
+to the agent's own shell tool, and the turn that carries the tool's result with
+reasoning and text; each run must finish its tool loop with exit code 0, the command
+must really have run (its output reaches the upstream as the tool result), and the
+final text must reach the terminal.
+
+The CLIs come from npm (`npm ci --prefix tests/clients`, done by .ci/run); without
+Node or without them these tests skip, saying so. They need no internet: every
+request goes to 127.0.0.1, and the CLIs' update checks and telemetry are off.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness import CLIENT_KEY, PROVIDER_KEYS
+from proxai.mock import Reasoning, Text, ToolCall, Turn
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENTS = ROOT / "tests" / "clients"
+BIN = CLIENTS / "node_modules" / ".bin"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+# The command the agent is asked to run, and what only running it prints.
+COMMAND = "echo proxai-$((6*7))"
+OUTPUT = "proxai-42"
+PROMPT = f"Run the shell command `{COMMAND}` and tell me what it printed."
+FINAL = f"The command printed {OUTPUT}."
+SHELL_TOOLS = {"Bash": lambda: {"command": COMMAND, "description": "Print a marker"},
+               "exec_command": lambda: {"cmd": COMMAND},
+               "shell_command": lambda: {"command": COMMAND},
+               "shell": lambda: {"command": ["bash", "-lc", COMMAND]}}
+CALL_IDS = {"anthropic_messages": "toolu_proxai_shell_1", "openai_chat_completions": "call_proxai_shell_1",
+            "openai_responses": "call_proxai_shell_1"}
+RUN_TIMEOUT = 240
+
+
+def cli(name: str) -> Path:
+    if shutil.which("node") is None:
+        pytest.skip("Node.js is not installed; the real-CLI tests need node, npm and `npm ci --prefix tests/clients`")
+    path = BIN / name
+    if not path.exists():
+        pytest.skip(f"{name} is not installed; run `npm ci --prefix tests/clients` (needs the npm registry)")
+    return path
+
+
+# --- the scripted upstream ----------------------------------------------------------------------
+
+
+def tool_names(record) -> list[str]:
+    names = []
+    for tool in (record.body or {}).get("tools") or []:
+        if isinstance(tool, dict):
+            function = tool.get("function")
+            names.append(function.get("name") if isinstance(function, dict) else tool.get("name"))
+    return names
+
+
+def tool_results(record) -> dict[str, str]:
+    """The tool results a provider request carries, by call id, as text."""
+    body = record.body or {}
+    out: dict[str, str] = {}
+    if record.protocol == "anthropic_messages":
+        for message in body.get("messages") or []:
+            for block in message.get("content") if isinstance(message.get("content"), list) else []:
+                if block.get("type") == "tool_result":
+                    out[block["tool_use_id"]] = json.dumps(block.get("content"))
+    elif record.protocol == "openai_chat_completions":
+        for message in body.get("messages") or []:
+            if message.get("role") == "tool":
+                out[message["tool_call_id"]] = json.dumps(message.get("content"))
+    else:
+        for item in body.get("input") if isinstance(body.get("input"), list) else []:
+            if item.get("type") == "function_call_output":
+                out[item["call_id"]] = json.dumps(item.get("output"))
+    return out
+
+
+def agent_script(record):
+    """One agent turn: call the shell tool, then, given its output, say what it printed.
+    Side requests (titles, summaries, quota probes) get a short text."""
+    call_id = CALL_IDS[record.protocol]
+    if call_id in tool_results(record):
+        return Turn([Reasoning("The command ran; I can report its output.", signature="sig-mock-2",
+                               encrypted_content="enc-mock-2", summary=True), Text(FINAL)])
+    shell = next((name for name in tool_names(record) if name in SHELL_TOOLS), None)
+    if shell is None or PROMPT not in json.dumps(record.body):
+        return Turn([Text("OK")])
+    return Turn([Reasoning("I should run the command the user gave.", signature="sig-mock-1",
+                           encrypted_content="enc-mock-1", summary=True),
+                 ToolCall(call_id, shell, json.dumps(SHELL_TOOLS[shell]()))])
+
+
+def check_upstream(mock, provider_protocol: str) -> None:
+    """The tool's real output reached the provider, as the result of the call the provider made."""
+    generation = [r for r in mock.requests if r.protocol == provider_protocol and r.body and "count_tokens" not in r.path
+                  and "input_tokens" not in r.path]
+    assert generation, [r.path for r in mock.requests]
+    call_id = CALL_IDS[provider_protocol]
+    with_result = [r for r in generation if call_id in tool_results(r)]
+    assert with_result, "the tool result never reached the upstream"
+    assert OUTPUT in tool_results(with_result[0])[call_id]
+    assert all(r.headers.get("authorization", "").endswith(PROVIDER_KEYS["responses"]) or
+               r.headers.get("authorization", "").endswith(PROVIDER_KEYS["chat"]) or
+               r.headers.get("x-api-key") == PROVIDER_KEYS["anthropic"] for r in generation)
+    assert all(CLIENT_KEY.encode() not in r.raw for r in generation)
+
+
+def run(argv: list, env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run([str(a) for a in argv], env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{argv[0]} did not finish in {RUN_TIMEOUT}s\nstdout: {exc.stdout}\nstderr: {exc.stderr}")
+
+
+def base_env(home: Path) -> dict:
+    """A clean environment: a private HOME, no proxies, nothing inherited that could reach out."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "LANG": "C.UTF-8",
+           "TERM": "dumb", "NO_COLOR": "1", "NO_PROXY": "127.0.0.1,localhost"}
+    home.mkdir(parents=True, exist_ok=True)
+    return env
+
+
+MODELS = {"anthropic_messages": "anthropic/claude-sonnet-4-5", "openai_responses": "responses/gpt-5",
+          "openai_chat_completions": "chat/gpt-4.1"}
+
+
+@pytest.fixture
+def agent_upstream(mock):
+    mock.responder = agent_script
+    return mock
+
+
+# --- Claude Code ----------------------------------------------------------------------------------
+
+
+def claude_env(home: Path, proxy_url: str) -> dict:
+    env = base_env(home)
+    env.update({
+        "ANTHROPIC_BASE_URL": proxy_url,
+        "ANTHROPIC_API_KEY": CLIENT_KEY,
+        "CLAUDE_CONFIG_DIR": str(home / ".claude"),
+        # no update checks, telemetry, error reports or other traffic besides the API
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+    })
+    return env
+
+
+@pytest.mark.parametrize("provider_protocol", list(MODELS))
+def test_claude_code_tool_loop(proxy, agent_upstream, tmp_path, provider_protocol):
+    claude = cli("claude")
+    work = tmp_path / "work"
+    work.mkdir()
+    # --allowedTools grants the shell tool in headless mode (-p cannot ask for permission)
+    result = run([claude, "-p", PROMPT, "--model", MODELS[provider_protocol], "--allowedTools", "Bash"],
+                 claude_env(tmp_path / "home", proxy.url), work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    assert FINAL in result.stdout
+    check_upstream(agent_upstream, provider_protocol)
+
+
+# --- Codex CLI -------------------------------------------------------------------------------------
+
+
+def codex_config(proxy_url: str, model: str) -> str:
+    return "\n".join([
+        f'model = "{model}"',
+        'model_provider = "proxai"',
+        "check_for_update_on_startup = false",
+        "",
+        "[model_providers.proxai]",
+        'name = "ProxAI"',
+        f'base_url = "{proxy_url}/v1"',
+        'env_key = "PROXAI_API_KEY"',
+        'wire_api = "responses"',
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+    ])
+
+
+def codex_env(home: Path, proxy_url: str, model: str) -> dict:
+    env = base_env(home)
+    codex_home = home / ".codex"
+    codex_home.mkdir()
+    (codex_home / "config.toml").write_text(codex_config(proxy_url, model))
+    env.update({"CODEX_HOME": str(codex_home), "PROXAI_API_KEY": CLIENT_KEY})
+    return env
+
+
+@pytest.mark.parametrize("provider_protocol", list(MODELS))
+def test_codex_tool_loop(proxy, agent_upstream, tmp_path, provider_protocol):
+    codex = cli("codex")
+    work = tmp_path / "work"
+    work.mkdir()
+    model = MODELS[provider_protocol]
+    result = run([codex, "exec", "--skip-git-repo-check", PROMPT], codex_env(tmp_path / "home", proxy.url, model), work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    assert FINAL in result.stdout
+    check_upstream(agent_upstream, provider_protocol)
