@@ -37,10 +37,19 @@ COMMAND = "echo proxai-$((6*7))"
 OUTPUT = "proxai-42"
 PROMPT = f"Run the shell command `{COMMAND}` and tell me what it printed."
 FINAL = f"The command printed {OUTPUT}."
-SHELL_TOOLS = {"Bash": lambda: {"command": COMMAND, "description": "Print a marker"},
-               "exec_command": lambda: {"cmd": COMMAND},
-               "shell_command": lambda: {"command": COMMAND},
-               "shell": lambda: {"command": ["bash", "-lc", COMMAND]}}
+# The agents' shell tools, in order of preference, and the arguments that run COMMAND.
+# Codex's default model works in "code mode": one free-form `exec` tool (namespace
+# `functions`) runs JavaScript that calls the nested tools; toward providers without
+# namespaces or free-form tools it is the function `functions__exec` taking {"input": ...}.
+CODE_MODE = f"const result = await tools.exec_command({{cmd: {json.dumps(COMMAND)}}});\ntext(result);"
+SHELL_TOOLS = {
+    "Bash": lambda: json.dumps({"command": COMMAND, "description": "Print a marker"}),
+    "exec_command": lambda: json.dumps({"cmd": COMMAND}),
+    "shell_command": lambda: json.dumps({"command": COMMAND}),
+    "shell": lambda: json.dumps({"command": ["bash", "-lc", COMMAND]}),
+    "functions__exec": lambda: json.dumps({"input": CODE_MODE}),
+    "functions.exec": lambda: CODE_MODE,  # Responses: namespace functions, custom tool exec
+}
 CALL_IDS = {"anthropic_messages": "toolu_proxai_shell_1", "openai_chat_completions": "call_proxai_shell_1",
             "openai_responses": "call_proxai_shell_1"}
 RUN_TIMEOUT = 240
@@ -58,13 +67,29 @@ def cli(name: str) -> Path:
 # --- the scripted upstream ----------------------------------------------------------------------
 
 
-def tool_names(record) -> list[str]:
-    names = []
-    for tool in (record.body or {}).get("tools") or []:
-        if isinstance(tool, dict):
+def offered_tools(record) -> dict[str, dict]:
+    """The tools a provider request offers, by name (Responses: `namespace.name` inside a
+    namespace, wherever declared: `tools` or an `additional_tools` input item)."""
+    body = record.body or {}
+    out: dict[str, dict] = {}
+
+    def add(tools, namespace=None):
+        for tool in tools or []:
+            if not isinstance(tool, dict):
+                continue
+            if tool.get("type") == "namespace":
+                add(tool.get("tools"), tool.get("name"))
+                continue
             function = tool.get("function")
-            names.append(function.get("name") if isinstance(function, dict) else tool.get("name"))
-    return names
+            name = function.get("name") if isinstance(function, dict) else tool.get("name")
+            if isinstance(name, str):
+                out[f"{namespace}.{name}" if namespace else name] = tool
+
+    add(body.get("tools"))
+    for item in body.get("input") if isinstance(body.get("input"), list) else []:
+        if isinstance(item, dict) and item.get("type") == "additional_tools":
+            add(item.get("tools"))
+    return out
 
 
 def tool_results(record) -> dict[str, str]:
@@ -82,7 +107,7 @@ def tool_results(record) -> dict[str, str]:
                 out[message["tool_call_id"]] = json.dumps(message.get("content"))
     else:
         for item in body.get("input") if isinstance(body.get("input"), list) else []:
-            if item.get("type") == "function_call_output":
+            if item.get("type") in ("function_call_output", "custom_tool_call_output"):
                 out[item["call_id"]] = json.dumps(item.get("output"))
     return out
 
@@ -94,12 +119,15 @@ def agent_script(record):
     if call_id in tool_results(record):
         return Turn([Reasoning("The command ran; I can report its output.", signature="sig-mock-2",
                                encrypted_content="enc-mock-2", summary=True), Text(FINAL)])
-    shell = next((name for name in tool_names(record) if name in SHELL_TOOLS), None)
+    offered = offered_tools(record)
+    shell = next((name for name in SHELL_TOOLS if name in offered), None)
     if shell is None or PROMPT not in json.dumps(record.body):
         return Turn([Text("OK")])
+    namespace, _, name = shell.rpartition(".")
+    custom = offered[shell].get("type") == "custom"
+    call = ToolCall(call_id, name, SHELL_TOOLS[shell](), custom=custom, namespace=namespace or None)
     return Turn([Reasoning("I should run the command the user gave.", signature="sig-mock-1",
-                           encrypted_content="enc-mock-1", summary=True),
-                 ToolCall(call_id, shell, json.dumps(SHELL_TOOLS[shell]()))])
+                           encrypted_content="enc-mock-1", summary=True), call])
 
 
 def check_upstream(mock, provider_protocol: str) -> None:
@@ -133,14 +161,20 @@ def base_env(home: Path) -> dict:
     return env
 
 
-MODELS = {"anthropic_messages": "anthropic/claude-sonnet-4-5", "openai_responses": "responses/gpt-5",
-          "openai_chat_completions": "chat/gpt-4.1"}
+PROVIDERS = {"anthropic_messages": "anthropic", "openai_responses": "responses", "openai_chat_completions": "chat"}
 
 
 @pytest.fixture
 def agent_upstream(mock):
     mock.responder = agent_script
     return mock
+
+
+def proxy_to(start_proxy, harness, provider_protocol: str):
+    """A proxy sending every model to the one provider: the CLIs keep their default models."""
+    cfg = harness.default_config()
+    cfg["routing"] = {"default_providers": dict.fromkeys(PROVIDERS, PROVIDERS[provider_protocol])}
+    return start_proxy(cfg)
 
 
 # --- Claude Code ----------------------------------------------------------------------------------
@@ -161,14 +195,19 @@ def claude_env(home: Path, proxy_url: str) -> dict:
     return env
 
 
-@pytest.mark.parametrize("provider_protocol", list(MODELS))
-def test_claude_code_tool_loop(proxy, agent_upstream, tmp_path, provider_protocol):
+# Tool search (deferred tools, tool_reference blocks) is what Claude Code recommends for proxies.
+@pytest.mark.parametrize("tool_search", [False, True], ids=["default", "tool-search"])
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_claude_code_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol, tool_search):
     claude = cli("claude")
+    proxy = proxy_to(start_proxy, harness, provider_protocol)
     work = tmp_path / "work"
     work.mkdir()
+    env = claude_env(tmp_path / "home", proxy.url)
+    if tool_search:
+        env["ENABLE_TOOL_SEARCH"] = "true"
     # --allowedTools grants the shell tool in headless mode (-p cannot ask for permission)
-    result = run([claude, "-p", PROMPT, "--model", MODELS[provider_protocol], "--allowedTools", "Bash"],
-                 claude_env(tmp_path / "home", proxy.url), work)
+    result = run([claude, "-p", PROMPT, "--allowedTools", "Bash"], env, work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
     check_upstream(agent_upstream, provider_protocol)
@@ -177,9 +216,9 @@ def test_claude_code_tool_loop(proxy, agent_upstream, tmp_path, provider_protoco
 # --- Codex CLI -------------------------------------------------------------------------------------
 
 
-def codex_config(proxy_url: str, model: str) -> str:
+def codex_config(proxy_url: str, model: str | None) -> str:
     return "\n".join([
-        f'model = "{model}"',
+        *([f'model = "{model}"'] if model else []),
         'model_provider = "proxai"',
         "check_for_update_on_startup = false",
         "",
@@ -195,7 +234,7 @@ def codex_config(proxy_url: str, model: str) -> str:
     ])
 
 
-def codex_env(home: Path, proxy_url: str, model: str) -> dict:
+def codex_env(home: Path, proxy_url: str, model: str | None = None) -> dict:
     env = base_env(home)
     codex_home = home / ".codex"
     codex_home.mkdir()
@@ -204,12 +243,16 @@ def codex_env(home: Path, proxy_url: str, model: str) -> dict:
     return env
 
 
-@pytest.mark.parametrize("provider_protocol", list(MODELS))
-def test_codex_tool_loop(proxy, agent_upstream, tmp_path, provider_protocol):
+# Codex's default model works in code mode (a free-form `exec` tool in a namespace); a model
+# outside its catalog gets the classic tool set (exec_command, a namespace of function
+# tools, the hosted web_search).
+@pytest.mark.parametrize("model", [None, "qwen3-coder"], ids=["default-model", "model-outside-catalog"])
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_codex_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol, model):
     codex = cli("codex")
+    proxy = proxy_to(start_proxy, harness, provider_protocol)
     work = tmp_path / "work"
     work.mkdir()
-    model = MODELS[provider_protocol]
     result = run([codex, "exec", "--skip-git-repo-check", PROMPT], codex_env(tmp_path / "home", proxy.url, model), work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
