@@ -143,6 +143,7 @@ def check_upstream(mock, provider_protocol: str) -> None:
                r.headers.get("authorization", "").endswith(PROVIDER_KEYS["chat"]) or
                r.headers.get("x-api-key") == PROVIDER_KEYS["anthropic"] for r in generation)
     assert all(CLIENT_KEY.encode() not in r.raw for r in generation)
+    assert {r.body["model"] for r in generation} == {UPSTREAM_MODEL}
 
 
 def run(argv: list, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -170,10 +171,15 @@ def agent_upstream(mock):
     return mock
 
 
-def proxy_to(start_proxy, harness, provider_protocol: str):
-    """A proxy sending every model to the one provider: the CLIs keep their default models."""
+UPSTREAM_MODEL = "upstream-model"
+
+
+def proxy_to(start_proxy, harness, provider_protocol: str, pattern: str):
+    """A proxy as the README's recipes configure it: one route takes the CLI's own model names
+    (they keep their defaults) to the provider, under the provider's model name."""
     cfg = harness.default_config()
-    cfg["routing"] = {"default_providers": dict.fromkeys(PROVIDERS, PROVIDERS[provider_protocol])}
+    cfg["routing"] = {"routes": [{"name": "agent", "model_pattern": pattern, "provider": PROVIDERS[provider_protocol],
+                                  "upstream_model": UPSTREAM_MODEL}]}
     return start_proxy(cfg)
 
 
@@ -184,7 +190,7 @@ def claude_env(home: Path, proxy_url: str) -> dict:
     env = base_env(home)
     env.update({
         "ANTHROPIC_BASE_URL": proxy_url,
-        "ANTHROPIC_API_KEY": CLIENT_KEY,
+        "ANTHROPIC_AUTH_TOKEN": CLIENT_KEY,
         "CLAUDE_CONFIG_DIR": str(home / ".claude"),
         # no update checks, telemetry, error reports or other traffic besides the API
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -200,7 +206,7 @@ def claude_env(home: Path, proxy_url: str) -> dict:
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
 def test_claude_code_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol, tool_search):
     claude = cli("claude")
-    proxy = proxy_to(start_proxy, harness, provider_protocol)
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
     work = tmp_path / "work"
     work.mkdir()
     env = claude_env(tmp_path / "home", proxy.url)
@@ -250,10 +256,32 @@ def codex_env(home: Path, proxy_url: str, model: str | None = None) -> dict:
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
 def test_codex_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol, model):
     codex = cli("codex")
-    proxy = proxy_to(start_proxy, harness, provider_protocol)
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "*")
     work = tmp_path / "work"
     work.mkdir()
     result = run([codex, "exec", "--skip-git-repo-check", PROMPT], codex_env(tmp_path / "home", proxy.url, model), work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
     check_upstream(agent_upstream, provider_protocol)
+
+
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_claude_code_context_counts_tokens(start_proxy, harness, agent_upstream, tmp_path, provider_protocol):
+    """`/context` counts each part of the context with /v1/messages/count_tokens: answered by the
+    provider's counting endpoint (translated toward Responses) or estimated for Chat, never by
+    billed generation requests."""
+    claude = cli("claude")
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run([claude, "-p", "/context"], claude_env(tmp_path / "home", proxy.url), work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    assert "Context Usage" in result.stdout
+    paths = [r.path for r in agent_upstream.requests]
+    expected = {"anthropic_messages": "/v1/messages/count_tokens", "openai_responses": "/v1/responses/input_tokens"}
+    if provider_protocol in expected:
+        counts = [r for r in agent_upstream.requests if r.path == expected[provider_protocol]]
+        assert counts and len(counts) == len(paths), paths
+        assert all(r.body["model"] and ("messages" in r.body or "input" in r.body) for r in counts)
+    else:
+        assert paths == []  # estimated by the proxy
