@@ -231,6 +231,10 @@ def compile_map(c: Compiler, node) -> Fn:
             if annotate and type(value) is dict and value is not item and "_path" not in value:
                 value["_path"] = path
             if flat and type(value) is list:
+                if annotate:
+                    for v in value:
+                        if type(v) is dict and v is not item and "_path" not in v:
+                            v["_path"] = path
                 out.extend(value)
             else:
                 out.append(value)

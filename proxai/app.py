@@ -32,6 +32,8 @@ log = logging.getLogger("proxai")
 
 PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
 REQUEST_ID_HEADER = requestid.HEADER
+# Hosted tools left out of a translated request (hosted_tools: drop), comma-separated.
+DROPPED_TOOLS_HEADER = "x-proxai-dropped-tools"
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
 PROXY_KEY: web.AppKey["Proxy"] = web.AppKey("proxai.proxy", object)  # type: ignore[arg-type]
@@ -188,6 +190,7 @@ class Proxy:
         response.headers["Cache-Control"] = "no-cache"
         response.headers.update(E.preserved_headers(upstream.headers))
         requestid.stamp(response.headers, info["request_id"])
+        response.headers.update(info.get("_headers") or {})
         info["status"] = 200
         info["outcome"] = "open"
         try:
@@ -255,6 +258,7 @@ class Proxy:
             max_tokens_default=provider.max_tokens_default,
             drop_sampling=provider.drop_sampling,
             max_tokens_field=provider.max_tokens_field,
+            **model_capabilities(match),
         )
         info["_traces"] = ctx.traces
         try:
@@ -265,6 +269,8 @@ class Proxy:
         except Exception:
             info["translation_error"] = "request"
             raise
+        if ctx.dropped_tools:
+            info["_headers"] = {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(ctx.dropped_tools))}
         upstream = await self._send(request, provider, dump_json(out_body), stream, info)
         try:
             await self._raise_for_status(upstream, provider)
@@ -335,8 +341,20 @@ def _json_response(status: int, data: bytes, upstream_headers, info: dict) -> we
     response.headers["Content-Type"] = "application/json"
     response.headers.update(E.preserved_headers(upstream_headers))
     requestid.stamp(response.headers, info["request_id"])
+    response.headers.update(info.get("_headers") or {})
     info["status"] = status
     return response
+
+
+def model_capabilities(match: RouteMatch) -> dict[str, Any]:
+    """What the model behind a route can take: the provider's settings, each overridden
+    by the route's own when it sets one."""
+    provider, route = match.provider, match.config
+    out = {}
+    for key in ("hosted_tools", "reasoning", "max_output_tokens"):
+        value = getattr(route, key, None) if route is not None else None
+        out[key] = value if value is not None else getattr(provider, key)
+    return out
 
 
 def _is_loopback(host: str | None) -> bool:

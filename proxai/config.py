@@ -56,6 +56,10 @@ class ProviderConfig:
     auth: str = "x-api-key"
     drop_sampling: bool = False
     max_tokens_field: str = "max_completion_tokens"
+    # What the provider's models can take (a route may override each).
+    hosted_tools: str = "drop"
+    reasoning: str = "forward"
+    max_output_tokens: int | None = None
 
     def __repr__(self) -> str:  # never show the key
         return f"ProviderConfig(name={self.name!r}, protocol={self.protocol!r}, base_url={self.base_url!r})"
@@ -69,6 +73,10 @@ class RouteConfig:
     match_kind: str = "auto"
     upstream_model: str | None = None
     request_protocol: str | None = None
+    # Model capability overrides of the provider's settings (None: the provider's).
+    hosted_tools: str | None = None
+    reasoning: str | None = None
+    max_output_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -271,6 +279,9 @@ def _build(doc: dict[str, Any]) -> Config:
             match_kind=r.get("match_kind", "auto"),
             upstream_model=r.get("upstream_model"),
             request_protocol=r.get("request_protocol"),
+            hosted_tools=r.get("hosted_tools"),
+            reasoning=r.get("reasoning"),
+            max_output_tokens=r.get("max_output_tokens"),
         )
         for i, r in enumerate(routing.get("routes", []))
     )

@@ -186,7 +186,11 @@ def responses_error_code(status: int, tables: Mapping | None = None) -> str:
 
 def error_body(protocol: str, err: ProxyError, tables: Mapping | None = None) -> dict[str, Any]:
     if protocol == ANTHROPIC:
-        return {"type": "error", "error": {"type": error_type_for(protocol, err, tables), "message": err.message},
+        # The Anthropic error body has no param field: the field goes into the message.
+        message = err.message
+        if err.param and f"at {err.param})" not in (message or ""):
+            message = f"{message} (at {err.param})"
+        return {"type": "error", "error": {"type": error_type_for(protocol, err, tables), "message": message},
                 "status": err.status}
     return {
         "error": {

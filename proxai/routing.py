@@ -97,6 +97,7 @@ class RouteMatch:
     route: str  # route name, or "default"
     provider: ProviderConfig
     upstream_model: str
+    config: RouteConfig | None = None  # the matched route (its model capability overrides)
 
 
 class Router:
@@ -118,7 +119,7 @@ class Router:
                     param="model",
                 )
             provider = self._providers[route.config.provider]
-            return RouteMatch(route.config.name, provider, route.rewrite(model, match))
+            return RouteMatch(route.config.name, provider, route.rewrite(model, match), route.config)
         default = self._defaults.get(protocol)
         if default is None:
             raise RoutingError(

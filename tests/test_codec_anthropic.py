@@ -203,7 +203,6 @@ class TestRequestDecode:
 
     @pytest.mark.parametrize("extra,param", [
         ({"input_examples": [{"a": 1}]}, "tools[0].input_examples"),
-        ({"defer_loading": True}, "tools[0].defer_loading"),
         ({"allowed_callers": ["code_execution_20250825"]}, "tools[0].allowed_callers"),
     ])
     def test_tool_extras_rejected(self, eng, extra, param):
@@ -443,17 +442,17 @@ class TestRequestEncode:
 
     @pytest.mark.parametrize("tool,param", [
         ({"type": "function", "name": "f", "parameters": {"type": "string"}}, "tools[0].function.parameters"),
-        ({"type": "custom", "name": "f"}, "tools[0]"),
         ({"type": "hosted", "name": "web_search", "hosted_type": "web_search_preview"}, "tools[0]"),
     ])
     def test_tools_rejected(self, eng, tool, param):
         with pytest.raises(engine.InvalidRequest) as err:
-            encode(eng, ir_base(tools=[{**tool, "_path": "tools[0]"}]))
+            encode(eng, ir_base(tools=[{**tool, "_path": "tools[0]"}]), hosted_tools="reject")
         assert err.value.param.startswith("tools[0]")
 
     def test_hosted_tool_message_names_type(self, eng):
         with pytest.raises(engine.InvalidRequest) as err:
-            encode(eng, ir_base(tools=[{"type": "hosted", "name": "x", "hosted_type": "file_search", "_path": "tools[0]"}]))
+            encode(eng, ir_base(tools=[{"type": "hosted", "name": "x", "hosted_type": "file_search", "_path": "tools[0]"}]),
+                   hosted_tools="reject")
         assert "file_search" in err.value.message
 
     @pytest.mark.parametrize("choice,parallel,expected", [
@@ -484,7 +483,7 @@ class TestRequestEncode:
         out, _ = encode(eng, ir_base(tools=tools, tool_choice={"type": "auto", "allowed": ["b"]}))
         assert [t["name"] for t in out["tools"]] == ["b"] and out["tool_choice"] == {"type": "auto"}
 
-    @pytest.mark.parametrize("choice", [{"type": "custom", "name": "g"}, {"type": "hosted", "name": "web_search_preview"}])
+    @pytest.mark.parametrize("choice", [{"type": "hosted", "name": "web_search_preview"}])
     def test_tool_choice_rejected(self, eng, choice):
         with pytest.raises(engine.InvalidRequest) as err:
             encode(eng, ir_base(tool_choice=choice))
@@ -1103,13 +1102,14 @@ class TestStreamEndToEnd:
         assert out[-1]["type"] == "error"
 
 
-def test_custom_tool_call_in_history_is_rejected_naming_the_call():
+def test_custom_tool_call_in_history_replays_as_a_call_of_the_wrapped_function():
     eng = engine.Engine.load()
     ctx = engine.Context("openai_chat_completions", "anthropic_messages", provider_name="a")
     body = {"model": "m", "messages": [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "tool_calls": [{"id": "c1", "type": "custom", "custom": {"name": "run", "input": "x"}}]},
-        {"role": "tool", "tool_call_id": "c1", "content": "1"}]}
-    with pytest.raises(engine.InvalidRequest) as err:
-        eng.translate_request(ctx, body)
-    assert err.value.param == "messages[1].tool_calls[0]"
+        {"role": "tool", "tool_call_id": "c1", "content": "1"}],
+        "tools": [{"type": "custom", "custom": {"name": "run"}}]}
+    out = eng.translate_request(ctx, body)
+    assert out["messages"][1]["content"] == [{"type": "tool_use", "id": "c1", "name": "run", "input": {"input": "x"}}]
+    assert out["tools"][0]["input_schema"]["required"] == ["input"]

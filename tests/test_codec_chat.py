@@ -346,7 +346,8 @@ class TestRequestEncode:
             "refusal": "no",
             "tool_calls": [
                 {"id": "toolu_1", "type": "function", "function": {"name": "get", "arguments": "{\"q\":1}"}},
-                {"id": "call_c", "type": "custom", "custom": {"name": "sh", "input": "ls"}},
+                # A free-form call replays as a call of the function it is sent as.
+                {"id": "call_c", "type": "function", "function": {"name": "sh", "arguments": "{\"input\":\"ls\"}"}},
             ],
             # Visible reasoning goes as plain text; the signature never leaves its provider.
             "reasoning_content": "think 1\n\nthink 2",
@@ -376,13 +377,25 @@ class TestRequestEncode:
             {"role": "tool", "tool_call_id": "c2", "content": ""},
         ]
 
-    def test_image_in_a_tool_result_is_rejected(self, eng):
-        ir = ir_request({"role": "tool", "content": [{"type": "tool_result", "call_id": "c1", "_path": "messages[0].content[0]",
-                                                      "content": [{"type": "image", "source": "url", "url": "u",
-                                                                   "_path": "messages[0].content[0].content[1]"}]}]})
-        with pytest.raises(engine.InvalidRequest) as err:
-            encode(eng, ir)
-        assert err.value.param == "messages[0].content[0].content[1]"
+    def test_image_in_a_tool_result_follows_in_a_user_message(self, eng):
+        def result(call, *parts):
+            return {"role": "tool", "content": [{"type": "tool_result", "call_id": call, "content": list(parts)}]}
+        ir = ir_request(result("c1", {"type": "text", "text": "shot"}, {"type": "image", "source": "url", "url": "https://x/i.png"}),
+                        result("c2", {"type": "image", "source": "base64", "media_type": "image/png", "data": "AAAA"}),
+                        result("c3", {"type": "text", "text": "plain"}),
+                        ir_user({"type": "text", "text": "next"}))
+        out, _ = encode(eng, ir)
+        assert out["messages"] == [
+            {"role": "tool", "tool_call_id": "c1", "content": "shot"},
+            {"role": "tool", "tool_call_id": "c2", "content": "(attached in the next user message)"},
+            {"role": "tool", "tool_call_id": "c3", "content": "plain"},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Attachments of tool result c1:"},
+                {"type": "image_url", "image_url": {"url": "https://x/i.png"}},
+                {"type": "text", "text": "Attachments of tool result c2:"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+            {"role": "user", "content": "next"},
+        ]
 
     def test_tools(self, eng):
         out, _ = encode(eng, ir_request(ir_user(), tools=[
@@ -393,7 +406,13 @@ class TestRequestEncode:
         assert out["tools"] == [
             {"type": "function", "function": {"name": "get", "description": "d", "parameters": {"type": "object"}, "strict": True}},
             {"type": "function", "function": {"name": "bare"}},
-            {"type": "custom", "custom": {"name": "sh", "format": {"type": "text"}}},
+            # Free-form tools go out as a function with one string parameter (most Chat
+            # servers have no custom tools).
+            {"type": "function", "function": {"name": "sh", "description": "Pass the free-form input as the string parameter `input`.",
+                                              "parameters": {"type": "object", "properties": {"input": {
+                                                  "type": "string", "description": "The tool's free-form input, verbatim (not JSON)."}},
+                                                  "required": ["input"], "additionalProperties": False},
+                                              "strict": False}},
         ]
         assert out["parallel_tool_calls"] is False
 
@@ -405,17 +424,20 @@ class TestRequestEncode:
         ir = ir_request(ir_user(), tools=[{"type": "function", "name": "a", "_path": "tools[0]"},
                                           {"type": "hosted", "name": "web_search", "hosted_type": "web_search_20250305", "_path": "tools[1]"}])
         with pytest.raises(engine.InvalidRequest) as err:
-            encode(eng, ir)
-        assert err.value.param == "tools[1].type"
+            encode(eng, ir, hosted_tools="reject")
+        assert err.value.param == "tools[1]"
+        out, c = encode(eng, ir)  # the default policy: left out, with a trace
+        assert [t["function"]["name"] for t in out["tools"]] == ["a"]
+        assert c.dropped_tools == ["web_search_20250305"] and any("web_search_20250305" in t for t in c.traces)
 
     def test_tool_choice(self, eng):
         tools = [{"type": "function", "name": "get"}, {"type": "custom", "name": "sh"}]
         cases = [
             ({"type": "none"}, "none"), ({"type": "auto"}, "auto"), ({"type": "required"}, "required"),
             ({"type": "tool", "name": "get"}, {"type": "function", "function": {"name": "get"}}),
-            ({"type": "custom", "name": "sh"}, {"type": "custom", "custom": {"name": "sh"}}),
+            ({"type": "custom", "name": "sh"}, {"type": "function", "function": {"name": "sh"}}),
             ({"type": "auto", "allowed": ["sh", "get"]}, {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
-                {"type": "custom", "custom": {"name": "sh"}}, {"type": "function", "function": {"name": "get"}}]}}),
+                {"type": "function", "function": {"name": "sh"}}, {"type": "function", "function": {"name": "get"}}]}}),
         ]
         for choice, expected in cases:
             out, _ = encode(eng, ir_request(ir_user(), tools=tools, tool_choice=choice))

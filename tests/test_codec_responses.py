@@ -242,8 +242,6 @@ class TestRequestDecode:
         ({"context_management": [{"type": "compaction"}]}, "context_management"),
         ({"moderation": {"model": "omni"}}, "moderation"),
         ({"access_programs": {"cyber": "standard"}}, "access_programs"),
-        ({"tools": [{"type": "web_search"}]}, "tools[0]"),
-        ({"tools": [{"type": "function", "name": "f", "parameters": None, "strict": None, "defer_loading": True}]}, "tools[0].defer_loading"),
         ({"tools": [{"type": "function", "name": "f", "parameters": None, "strict": None, "allowed_callers": ["programmatic"]}]}, "tools[0].allowed_callers"),
         ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice"),
         ({"tool_choice": {"type": "allowed_tools", "mode": "auto", "tools": [{"type": "file_search"}]}}, "tool_choice.tools[0]"),
@@ -369,11 +367,13 @@ class TestRequestEncode:
         out, _ = encode(eng, ir_request(tools=[{"type": "function", "name": "f"},
                                               {"type": "function", "name": "g", "description": "d", "parameters": {"type": "object"}, "strict": False},
                                               {"type": "custom", "name": "h", "format": {"type": "text"}}]))
-        assert out["tools"] == [{"type": "function", "name": "f", "parameters": None, "strict": None},
+        # parameters is required-but-nullable; strict unset is an explicit false (Responses
+        # would otherwise pick strict mode for a tool written for another protocol).
+        assert out["tools"] == [{"type": "function", "name": "f", "parameters": None, "strict": False},
                                 {"type": "function", "name": "g", "description": "d", "parameters": {"type": "object"}, "strict": False},
                                 {"type": "custom", "name": "h", "format": {"type": "text"}}]
         ir = ir_request(tools=[{"type": "hosted", "name": "web_search", "hosted_type": "web_search_20250305", "_path": "tools[0]"}])
-        rejected(lambda: encode(eng, ir), "tools[0].type")
+        rejected(lambda: encode(eng, ir, hosted_tools="reject"), "tools[0]")
 
     @pytest.mark.parametrize("choice,expected", [
         ({"type": "none"}, "none"), ({"type": "auto"}, "auto"), ({"type": "required"}, "required"),

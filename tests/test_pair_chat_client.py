@@ -489,9 +489,12 @@ def test_custom_tool_round_trip_with_a_responses_provider(mock, openai_client):
     assert items[2]["type"] == "custom_tool_call_output" and items[2]["call_id"] == "call_c1" and items[2]["output"] == "1"
 
 
-def test_custom_tool_toward_anthropic_is_a_400(mock, openai_client):
-    tools = [{"type": "custom", "custom": {"name": "run_sql"}}]
-    with pytest.raises(openai.BadRequestError) as err:
-        openai_client.chat.completions.create(model=model(A), messages=HI, tools=tools)
-    assert err.value.body["param"] == "tools[0]" or "tools[0]" in str(err.value.body)
-    assert mock.requests == []
+def test_custom_tool_toward_anthropic_is_a_function_and_its_call_comes_back_custom(mock, openai_client):
+    tools = [{"type": "custom", "custom": {"name": "run_sql", "description": "Run SQL."}}]
+    mock.enqueue(Turn([ToolCall("toolu_1", "run_sql", '{"input":"select 1"}')]))
+    r = openai_client.chat.completions.create(model=model(A), messages=HI, tools=tools)
+    call = r.choices[0].message.tool_calls[0]
+    assert call.type == "custom" and call.custom.name == "run_sql" and call.custom.input == "select 1"
+    tool = sent(mock)["tools"][0]
+    assert tool["name"] == "run_sql" and tool["description"].startswith("Run SQL.")
+    assert tool["input_schema"]["properties"]["input"]["type"] == "string"

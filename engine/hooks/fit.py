@@ -232,7 +232,22 @@ def chat_tool_media(scope):
     return {**out, "messages": result}
 
 
+# OpenAI's limit for safety_identifier (and user).
+MAX_END_USER_ID = 128
+
+
+def end_user_id(scope, value=None):
+    """An end-user id for OpenAI: as is up to 128 characters, else ``sha256:<hex>``
+    of it (stable, so per-user abuse tracking still works; 71 characters)."""
+    if not isinstance(value, str) or len(value) <= MAX_END_USER_ID:
+        return value
+    if scope.ctx is not None:
+        scope.ctx.trace("end-user id longer than 128 characters sent as its sha256 hash")
+    return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+
+
 HOOKS.update({
+    "fit.end_user_id": end_user_id,
     "fit.anthropic_sampling": anthropic_sampling,
     "fit.chat_tool_media": chat_tool_media,
 })
