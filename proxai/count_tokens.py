@@ -120,6 +120,8 @@ async def count(proxy, protocol: str, request: web.Request, info: dict) -> web.S
 
 
 def _translate(proxy, protocol: str, match, body: dict, info: dict) -> dict[str, Any]:
+    from proxai.app import model_capabilities  # the app imports this module to register its routes
+
     provider = match.provider
     source = body if protocol != ANTHROPIC or "max_tokens" in body else {**body, "max_tokens": _PLACEHOLDER_MAX_TOKENS}
     ctx = engine.Context(
@@ -133,6 +135,7 @@ def _translate(proxy, protocol: str, match, body: dict, info: dict) -> dict[str,
         max_tokens_default=provider.max_tokens_default,
         drop_sampling=provider.drop_sampling,
         max_tokens_field=provider.max_tokens_field,
+        **model_capabilities(match),
     )
     info["_traces"] = ctx.traces
     try:

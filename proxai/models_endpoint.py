@@ -31,6 +31,7 @@ ANTHROPIC_DEFAULT_LIMIT, ANTHROPIC_MAX_LIMIT = 20, 1000
 class Served:
     id: str
     provider: str
+    max_tokens: int | None = None  # the route's or provider's max_output_tokens, when set
 
 
 def candidates(config: Config) -> Iterable[Served]:
@@ -47,13 +48,15 @@ def candidates(config: Config) -> Iterable[Served]:
             yield Served(model, provider.name)
 
 
-def _served_by(router: Router, model: str, family: str) -> str | None:
-    """The provider routing sends `model` to, for the first protocol of the family that has a route."""
+def _served_by(router: Router, model: str, family: str) -> Served | None:
+    """Where routing sends `model`, for the first protocol of the family that has a route."""
     for protocol in FAMILY_PROTOCOLS[family]:
         try:
-            return router.resolve(model, protocol).provider.name
+            match = router.resolve(model, protocol)
         except E.RoutingError:
             continue
+        route_limit = match.config.max_output_tokens if match.config is not None else None
+        return Served(model, match.provider.name, route_limit or match.provider.max_output_tokens)
     return None
 
 
@@ -64,9 +67,10 @@ def catalog(config: Config, router: Router, family: str) -> list[Served]:
         key = entry.id.casefold()
         if key in seen:
             continue
-        if _served_by(router, entry.id, family) == entry.provider:
+        served = _served_by(router, entry.id, family)
+        if served is not None and served.provider == entry.provider:
             seen.add(key)
-            out.append(entry)
+            out.append(served)
     return out
 
 
@@ -75,8 +79,11 @@ def openai_model(entry: Served) -> dict[str, Any]:
 
 
 def anthropic_model(entry: Served) -> dict[str, Any]:
-    return {"type": "model", "id": entry.id, "display_name": entry.id, "created_at": UNKNOWN_DATE,
-            "lifecycle": "active"}
+    out = {"type": "model", "id": entry.id, "display_name": entry.id, "created_at": UNKNOWN_DATE,
+           "lifecycle": "active"}
+    if entry.max_tokens is not None:
+        out["max_tokens"] = entry.max_tokens
+    return out
 
 
 def anthropic_page(entries: list[Served], query) -> dict[str, Any]:
@@ -146,11 +153,10 @@ def register(app: web.Application, proxy, info_key) -> None:
         entry = next((e for e in entries(family) if e.id.casefold() == model.casefold()), None)
         if entry is None:
             # A name no list spells out (a glob or regex route's) is still served if routing takes it.
-            provider = _served_by(proxy.router, model, family)
-            if provider is None:
+            entry = _served_by(proxy.router, model, family)
+            if entry is None:
                 raise E.NotFound(f"model {model!r} is not served by this proxy", param="model",
                                  code=None if family == "anthropic" else "model_not_found")
-            entry = Served(model, provider)
         info["provider"] = entry.provider
         body = anthropic_model(entry) if family == "anthropic" else openai_model(entry)
         return _json(request, info, body)

@@ -182,9 +182,11 @@ def test_responses_input_tokens_error_is_openai_shaped(openai_client, mock):
 def catalog_config(harness):
     cfg = copy.deepcopy(harness.default_config())
     cfg["providers"]["anthropic"]["models"] = ["claude-opus-4-5", "claude-haiku-4-5"]
+    cfg["providers"]["anthropic"]["max_output_tokens"] = 64000
     cfg["providers"]["responses"]["models"] = ["gpt-5", "gpt-4.1", "claude-not-routed-here"]
     cfg["routing"]["routes"] = [
-        {"name": "fast", "model_pattern": "fast", "provider": "anthropic", "upstream_model": "claude-haiku-4-5"},
+        {"name": "fast", "model_pattern": "fast", "provider": "anthropic", "upstream_model": "claude-haiku-4-5",
+         "max_output_tokens": 8192},
         {"name": "claude", "model_pattern": "claude-*", "provider": "anthropic"},
         {"name": "gpt", "model_pattern": "gpt-*", "provider": "responses"},
         {"name": "local", "model_pattern": "qwen-coder", "provider": "chat",
@@ -216,6 +218,8 @@ def test_anthropic_models_list(start_proxy, harness, mock):
     assert type(first).__name__ == "ModelInfo"
     assert first.type == "model" and first.display_name == "fast" and first.lifecycle == "active"
     assert first.created_at.year == 1970
+    # the output ceiling the config gives the model (route over provider), when it gives one
+    assert [m.max_tokens for m in models] == [8192, 64000, None, None, 64000]
     assert page.first_id == "fast" and page.last_id == "claude-opus-4-5" and page.has_more is False
     assert mock.requests == []
 
