@@ -252,7 +252,7 @@ def codex_env(home: Path, proxy_url: str, model: str | None = None) -> dict:
 # Codex's default model works in code mode (a free-form `exec` tool in a namespace); a model
 # outside its catalog gets the classic tool set (exec_command, a namespace of function
 # tools, the hosted web_search).
-@pytest.mark.parametrize("model", [None, "qwen3-coder"], ids=["default-model", "model-outside-catalog"])
+@pytest.mark.parametrize("model", [None, "claude-sonnet-4-5"], ids=["default-model", "model-outside-catalog"])
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
 def test_codex_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol, model):
     codex = cli("codex")
