@@ -285,3 +285,26 @@ def test_claude_code_context_counts_tokens(start_proxy, harness, agent_upstream,
         assert all(r.body["model"] and ("messages" in r.body or "input" in r.body) for r in counts)
     else:
         assert paths == []  # estimated by the proxy
+
+
+def test_claude_code_discovers_gateway_models(start_proxy, harness, agent_upstream, tmp_path):
+    """Claude Code's gateway model discovery reads GET /v1/models in Anthropic's shape."""
+    claude = cli("claude")
+    cfg = harness.default_config()
+    cfg["providers"]["responses"]["models"] = ["claude-proxai-gpt-5", "gpt-5"]
+    cfg["routing"] = {"routes": [{"name": "claude-code", "model_pattern": "claude-*", "provider": "responses"}]}
+    proxy = start_proxy(cfg)
+    work = tmp_path / "work"
+    work.mkdir()
+    home = tmp_path / "home"
+    env = claude_env(home, proxy.url)
+    # discovery is "nonessential" traffic; the other switches keep telemetry and updates off
+    del env["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"]
+    env["CLAUDE_CODE_ENABLE_GATEWAY_MODEL_DISCOVERY"] = "1"
+    result = run([claude, "-p", "say hi"], env, work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    caches = list(home.rglob("gateway-models.json"))
+    assert caches, sorted(str(p.relative_to(home)) for p in home.rglob("*"))
+    cache = json.loads(caches[0].read_text())
+    assert [m["id"] for m in cache["models"]] == ["claude-proxai-gpt-5"]
+    assert any(r.path == "/v1/messages" for r in agent_upstream.requests)
