@@ -307,4 +307,4 @@ def test_claude_code_discovers_gateway_models(start_proxy, harness, agent_upstre
     assert caches, sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     cache = json.loads(caches[0].read_text())
     assert [m["id"] for m in cache["models"]] == ["claude-proxai-gpt-5"]
-    assert any(r.path == "/v1/messages" for r in agent_upstream.requests)
+    assert any(r.path == "/v1/responses" for r in agent_upstream.requests)  # and the turn was served
