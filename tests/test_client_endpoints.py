@@ -288,6 +288,10 @@ def test_models_endpoint_honours_inbound_auth(start_proxy, harness):
     with pytest.raises(anthropic.AuthenticationError):
         p.anthropic(api_key="wrong").models.list()
     assert [m.id for m in p.openai(api_key="proxy-key").models.list()][0] == "fast"
+    with pytest.raises(anthropic.AuthenticationError):
+        p.anthropic(api_key="wrong").messages.count_tokens(model="fast", messages=MESSAGES)
+    with pytest.raises(openai.AuthenticationError):
+        p.openai(api_key="wrong").responses.input_tokens.count(model="gpt-5", input="hi")
 
 
 # --- paths without /v1, errors on Anthropic paths --------------------------------------------
