@@ -30,7 +30,7 @@ from proxai.transport import Transport, provider_headers, read_body, upstream_ur
 
 log = logging.getLogger("proxai")
 
-PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
+PATHS = paths.GENERATE
 REQUEST_ID_HEADER = requestid.HEADER
 # Hosted tools left out of a translated request (hosted_tools: drop), comma-separated.
 DROPPED_TOOLS_HEADER = "x-proxai-dropped-tools"
