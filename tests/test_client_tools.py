@@ -315,3 +315,57 @@ def test_sampling_left_out_toward_anthropic_when_thinking_is_on(openai_client, m
     mock.enqueue(Turn([Text("ok")]))
     openai_client.chat.completions.create(model=model(A), messages=[{"role": "user", "content": "hi"}], temperature=0.2)
     assert sent(mock)["temperature"] == 0.2
+
+
+# --------------------------------------------------------------------------------------
+# Chat clients with free-form tools, streaming
+# --------------------------------------------------------------------------------------
+
+CHAT_CUSTOM = [{"type": "custom", "custom": {"name": "apply_patch", "description": "Edit files."}}]
+
+
+def _custom_from_chunks(chunks):
+    calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
+    first = calls[0].model_dump(exclude_none=True)
+    return first, "".join(tc.model_dump(exclude_none=True).get("custom", {}).get("input", "") for tc in calls)
+
+
+def test_chat_client_streamed_custom_call_from_anthropic(openai_client, mock):
+    arguments = json.dumps({"input": PATCH})
+    mock.enqueue(Turn([ToolCall("toolu_p", "apply_patch", arguments, chunks=[arguments[:5], arguments[5:40], arguments[40:]])]))
+    chunks = list(openai_client.chat.completions.create(model=model(A), messages=[{"role": "user", "content": "patch"}],
+                                                         tools=CHAT_CUSTOM, stream=True))
+    first, text = _custom_from_chunks(chunks)
+    assert first["type"] == "custom" and first["custom"]["name"] == "apply_patch" and first["id"] == "toolu_p"
+    assert text == PATCH
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+def test_chat_client_streamed_custom_call_from_responses(openai_client, mock):
+    from proxai.mock import Stream
+
+    item = {"id": "ctc_1", "type": "custom_tool_call", "call_id": "call_p", "name": "apply_patch", "input": PATCH, "status": "completed"}
+    resp = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed", "model": "up-model", "output": [item],
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "error": None, "incomplete_details": None,
+            "instructions": None, "usage": {"input_tokens": 3, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 4,
+                                            "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 7}}
+    events = [
+        ("response.created", {"type": "response.created", "sequence_number": 0, "response": {**resp, "status": "in_progress", "output": [], "usage": None}}),
+        ("response.output_item.added", {"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+                                        "item": {**item, "input": "", "status": "in_progress"}}),
+        ("response.custom_tool_call_input.delta", {"type": "response.custom_tool_call_input.delta", "sequence_number": 2,
+                                                   "output_index": 0, "item_id": "ctc_1", "delta": PATCH[:10]}),
+        ("response.custom_tool_call_input.delta", {"type": "response.custom_tool_call_input.delta", "sequence_number": 3,
+                                                   "output_index": 0, "item_id": "ctc_1", "delta": PATCH[10:]}),
+        ("response.custom_tool_call_input.done", {"type": "response.custom_tool_call_input.done", "sequence_number": 4,
+                                                  "output_index": 0, "item_id": "ctc_1", "input": PATCH}),
+        ("response.output_item.done", {"type": "response.output_item.done", "sequence_number": 5, "output_index": 0, "item": item}),
+        ("response.completed", {"type": "response.completed", "sequence_number": 6, "response": resp}),
+    ]
+    mock.enqueue(Stream(events=events))
+    chunks = list(openai_client.chat.completions.create(model=model(R), messages=[{"role": "user", "content": "patch"}],
+                                                         tools=CHAT_CUSTOM, stream=True))
+    first, text = _custom_from_chunks(chunks)
+    assert first["type"] == "custom" and first["custom"]["name"] == "apply_patch" and first["id"] == "call_p"
+    assert text == PATCH
+    assert sent(mock)["tools"] == [{"type": "custom", "name": "apply_patch", "description": "Edit files."}]

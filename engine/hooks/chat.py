@@ -174,7 +174,7 @@ def tool_index(scope, index=None):
     return tools[index]
 
 
-def turn_add(scope, index=None, kind=None, id=None, text=None, opaque=None):
+def turn_add(scope, index=None, kind=None, id=None, text=None, opaque=None, custom=None):
     """Record a started block as an IR part of the turn (envelope layout: order of
     reasoning relative to text and tool calls)."""
     state = scope.vars["state"]
@@ -185,6 +185,8 @@ def turn_add(scope, index=None, kind=None, id=None, text=None, opaque=None):
         part["text"] = None
     elif kind == "tool_call":
         part["id"] = id
+        if custom:
+            part["custom"] = True
     if opaque:
         part["opaque"] = opaque
     state.setdefault("parts", []).append(part)
@@ -227,6 +229,8 @@ def kind(scope, index=None):
     part = scope.vars["state"].get("part_at", {}).get(index)
     if part is None:
         return None
+    if part.get("custom"):
+        return "custom_tool_call"
     return "reasoning" if part["type"] == "reasoning" else part["type"]
 
 

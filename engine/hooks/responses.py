@@ -142,6 +142,8 @@ def _new_block(state, key, kind, **extra) -> dict:
 
 def _start_event(block, id=None, name=None) -> dict:
     ev = {"type": "block_start", "index": block["index"], "kind": block["kind"]}
+    if block.get("custom"):
+        ev["custom"] = True
     if id is not None:
         ev["id"] = id
     if name is not None:
@@ -154,14 +156,15 @@ def _require_started(state):
         raise UpstreamProtocolError("upstream Responses stream sent content before response.created")
 
 
-def dec_open(scope, key=None, kind=None, id=None, name=None):
+def dec_open(scope, key=None, kind=None, id=None, name=None, custom=None):
     """block_start for a new Responses part/item (IR indexes in first-appearance order)."""
     state = _dec(scope)
     _require_started(state)
     key = str(key)
     if key in state["blocks"]:
         return []
-    return [_start_event(_new_block(state, key, kind, id=id, name=name), id, name)]
+    extra = {"custom": True} if custom else {}
+    return [_start_event(_new_block(state, key, kind, id=id, name=name, **extra), id, name)]
 
 
 def dec_delta(scope, key=None, kind=None, delta=None):
@@ -198,7 +201,7 @@ def _close(scope, state, block) -> list:
         return []
     block["open"] = False
     out = []
-    if block["kind"] == "tool_call":
+    if block["kind"] == "tool_call" and not block.get("custom"):  # a free-form input is any text
         if not block["deltas"]:
             block["text"] = "{}"
             out.append({"type": "block_delta", "index": block["index"], "kind": "tool_call", "delta": "{}"})
