@@ -477,9 +477,11 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
     """Demo mode: one mock provider per protocol. The model prefix picks the provider,
     so `anthropic/x` through /v1/chat/completions exercises a translation."""
     providers = {
-        "demo-chat": ProviderConfig("demo-chat", CHAT, mock_url + "/v1", "demo-key"),
-        "demo-responses": ProviderConfig("demo-responses", RESPONSES, mock_url + "/v1", "demo-key"),
-        "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key"),
+        "demo-chat": ProviderConfig("demo-chat", CHAT, mock_url + "/v1", "demo-key", models=("demo", "chat/demo")),
+        "demo-responses": ProviderConfig("demo-responses", RESPONSES, mock_url + "/v1", "demo-key",
+                                         models=("demo", "responses/demo")),
+        "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key",
+                                         models=("demo", "anthropic/demo")),
     }
     routes = tuple(
         RouteConfig(name=f"demo-{prefix}", model_pattern=f"^{prefix}/(.+)$", provider=name, match_kind="regex", upstream_model="$1")

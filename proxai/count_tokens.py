@@ -87,6 +87,8 @@ def _check(protocol: str, body: dict) -> None:
 
 
 async def count(proxy, protocol: str, request: web.Request, info: dict) -> web.StreamResponse:
+    from proxai.app import dump_json  # the app imports this module to register its routes
+
     raw = await _read(request, proxy.config.server.max_request_body_bytes)
     body = ingress.decode(raw)
     _check(protocol, body)
@@ -99,12 +101,12 @@ async def count(proxy, protocol: str, request: web.Request, info: dict) -> web.S
     if provider.protocol == CHAT:
         return _estimate(protocol, body, info)
     if provider.protocol == protocol:
-        out = dict(body, model=match.upstream_model)
+        payload = raw if match.upstream_model == model else dump_json(dict(body, model=match.upstream_model))
         query = request.rel_url.raw_query_string
     else:
-        out = _translate(proxy, protocol, match, body, info)
+        payload = dump_json(_translate(proxy, protocol, match, body, info))
         query = ""
-    upstream = await proxy._send(request, provider, orjson.dumps(out), False, info,
+    upstream = await proxy._send(request, provider, payload, False, info,
                                  suffix=SUFFIX[provider.protocol], query=query)
     try:
         if upstream.status in NO_ENDPOINT:

@@ -355,3 +355,23 @@ def test_query_string_not_sent_to_a_translated_provider(proxy, mock):
     assert r.status_code == 200 and r.json()["type"] == "message"
     rec = mock.requests[-1]
     assert rec.path == "/v1/responses" and rec.query == ""
+
+
+def test_count_tokens_passthrough_forwards_the_body_unchanged(proxy, mock):
+    # no model rewrite (the default provider): the client's bytes go upstream as sent
+    raw = b'{"model": "claude-x",  "messages": [{"role": "user", "content": "hi"}], "n": 123456789012345678901234567890}'
+    mock.enqueue(Json({"input_tokens": 8}))
+    r = httpx.post(proxy.url + "/v1/messages/count_tokens", content=raw, headers={**ANTHROPIC_HEADERS, "content-type": "application/json"})
+    assert r.status_code == 200 and r.json() == {"input_tokens": 8}
+    assert count_requests(mock)[0].raw == raw
+
+
+def test_demo_mode_lists_its_models(harness):
+    p = harness.start_demo()
+    try:
+        assert [m.id for m in p.openai().models.list()] == ["demo", "chat/demo", "responses/demo", "anthropic/demo"]
+        # "demo" is the Anthropic default provider's, listed where that provider names it
+        assert [m.id for m in p.anthropic().models.list()] == ["chat/demo", "responses/demo", "demo", "anthropic/demo"]
+        assert p.anthropic().messages.count_tokens(model="anthropic/demo", messages=MESSAGES).input_tokens > 0
+    finally:
+        p.stop()
