@@ -67,6 +67,7 @@ class Tool(TypedDict, total=False):
     hosted_type: str
     format: dict                      # custom: text or grammar
     namespace: str                    # the Responses namespace it was declared in
+    namespace_description: str
     defer_loading: bool
 
 

@@ -4,9 +4,9 @@ with the official SDKs toward every provider protocol through the real server.
 The fixtures (tests/fixtures/clients/) are what the CLIs sent in tool loops with their
 default settings: Codex's namespaces, additional_tools items, free-form apply_patch and
 exec, hosted web_search and tool_search, view_image output; Claude Code's tool search
-(deferred tools, tool_reference blocks), an image read by a tool, thinking with
-output_config.effort, a 150-character metadata.user_id. Ids and paths are scrubbed, very
-long prompt texts are cut. Every replay must answer 200, and what the provider received
+(deferred tools, tool_reference blocks), an image read by a tool, a subagent, in-place
+system messages, thinking with output_config.effort, a 150-character metadata.user_id.
+Ids and paths are scrubbed, very long prompt texts are cut. Every replay must answer 200, and what the provider received
 must be valid for its protocol.
 """
 from __future__ import annotations

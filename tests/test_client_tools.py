@@ -76,7 +76,8 @@ def test_namespace_tools_flattened_and_calls_come_back_namespaced(openai_client,
     assert json.loads(call.arguments) == {"task": "look"}
     body = sent(mock)
     assert tool_names(provider, body) == ["exec_command", "multi_agent_v1__spawn_agent", "multi_agent_v1__wait_agent"]
-    assert sent_tool(provider, body, "multi_agent_v1__spawn_agent")["description"] == "Spawn one."
+    assert sent_tool(provider, body, "multi_agent_v1__spawn_agent")["description"] == (
+        "Spawn one.\n\n(One of the multi_agent_v1 tools: Sub-agents.)")
 
 
 @pytest.mark.parametrize("provider", [A, C])
@@ -287,6 +288,7 @@ def test_reasoning_drop_and_output_ceiling_on_a_provider(start_proxy, harness, m
                            timeout=30)
     body = sent(mock)
     assert "reasoning_effort" not in body and "reasoning" not in body
+    assert "include" not in body  # non-reasoning models refuse reasoning.encrypted_content
     limit = body["max_completion_tokens"] if provider == C else body["max_output_tokens"]
     assert limit == 16384
     mock.enqueue(Turn([Text("ok")]))

@@ -51,6 +51,7 @@ def test_wire_names():
     assert wire_name(None, "exec") == "exec"
     assert wire_name("crm", "lookup") == "crm__lookup"
     assert wire_name("mcp__github__", "create_issue") == "mcp__github__create_issue"
+    assert wire_name("acme.crm", "find:one") == "acme_crm__find_one"
     long = wire_name("n" * 50, "tool_with_a_long_name")
     assert len(long) == MAX_NAME and long == wire_name("n" * 50, "tool_with_a_long_name")
     assert long != wire_name("n" * 50, "tool_with_a_long_name2")
@@ -80,3 +81,17 @@ def test_reasoning_drop_leaves_thinking_out_toward_anthropic():
     assert "thinking" not in out and "effort" not in (out.get("output_config") or {})
     assert out["max_tokens"] == 8192
     assert any("reasoning left out" in t for t in ctx.traces) and any("clamped" in t for t in ctx.traces)
+
+
+@pytest.mark.parametrize("fmt", [
+    {"type": "grammar", "syntax": "regex", "definition": "^[a-z]+$"},            # Responses
+    {"type": "grammar", "grammar": {"syntax": "regex", "definition": "^[a-z]+$"}},  # Chat
+])
+def test_custom_tool_grammar_goes_into_the_description(fmt):
+    eng = engine.Engine.load()
+    ir = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+          "tools": [{"type": "custom", "name": "word", "description": "One word.", "format": fmt}]}
+    out = eng.encode_request(engine.Context("openai_chat_completions", "anthropic_messages"), ir)
+    assert out["tools"][0]["description"] == (
+        "One word.\n\nPass the free-form input as the string parameter `input`.\n\n"
+        "The input must match this regex grammar:\n```\n^[a-z]+$\n```")

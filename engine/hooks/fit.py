@@ -8,7 +8,7 @@ Run as ``before`` hooks of the provider encoders, on the IR:
   are flattened into plain names, free-form (custom) tools become a function with
   one string parameter where the provider has no free-form tools, hosted tools the
   provider cannot run are left out or rejected (the ``hosted_tools`` policy), and
-  deferred tools are sent normally when nothing could load them. The history's
+  deferred tools are sent normally (nothing could load them). The history's
   calls are renamed the same way, and every renamed tool is recorded on the
   context (``ctx.tool_calls``) so the calls that come back are restored to the
   client's form (engine/toolcalls.py).
@@ -16,6 +16,7 @@ Run as ``before`` hooks of the provider encoders, on the IR:
 from __future__ import annotations
 
 import hashlib
+import re
 
 import orjson
 
@@ -29,6 +30,7 @@ FUNCTION_FOR_CUSTOM = frozenset({"anthropic_messages", "openai_chat_completions"
 CUSTOM_INPUT = "input"
 # The shortest tool-name limit of the three protocols (Chat: 64 characters).
 MAX_NAME = 64
+_NOT_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 
 
 def wire_name(namespace: str | None, name: str) -> str:
@@ -37,13 +39,15 @@ def wire_name(namespace: str | None, name: str) -> str:
     if not namespace:
         return name
     joined = f"{namespace}{name}" if namespace.endswith("_") else f"{namespace}__{name}"
+    # Anthropic and Chat tool names are [a-zA-Z0-9_-]: anything else becomes `_`.
+    joined = _NOT_NAME.sub("_", joined)
     if len(joined) <= MAX_NAME:
         return joined
     digest = hashlib.sha256(joined.encode()).hexdigest()[:10]
     return f"{joined[:MAX_NAME - 11]}_{digest}"
 
 
-def custom_parameters(fmt) -> dict:
+def custom_parameters() -> dict:
     return {
         "type": "object",
         "properties": {CUSTOM_INPUT: {"type": "string", "description": "The tool's free-form input, verbatim (not JSON)."}},
@@ -55,14 +59,13 @@ def custom_parameters(fmt) -> dict:
 def custom_description(description, fmt) -> str:
     lines = [description] if isinstance(description, str) and description else []
     lines.append(f"Pass the free-form input as the string parameter `{CUSTOM_INPUT}`.")
-    if isinstance(fmt, dict) and fmt.get("type") == "grammar" and isinstance(fmt.get("definition"), str):
-        syntax = fmt.get("syntax") or "grammar"
-        lines.append(f"The input must match this {syntax} grammar:\n```\n{fmt['definition']}\n```")
+    if isinstance(fmt, dict) and fmt.get("type") == "grammar":
+        # Responses: {type, syntax, definition}; Chat: {type, grammar: {syntax, definition}}.
+        grammar = fmt.get("grammar") if isinstance(fmt.get("grammar"), dict) else fmt
+        if isinstance(grammar.get("definition"), str):
+            syntax = grammar.get("syntax") or "grammar"
+            lines.append(f"The input must match this {syntax} grammar:\n```\n{grammar['definition']}\n```")
     return "\n\n".join(lines)
-
-
-def _is_tool_search(tool: dict) -> bool:
-    return tool.get("type") == "hosted" and "tool_search" in str(tool.get("hosted_type") or "")
 
 
 def fit_tools(scope):
@@ -72,7 +75,6 @@ def fit_tools(scope):
         return ir
     provider = ctx.provider_protocol
     wrap_custom = provider in FUNCTION_FOR_CUSTOM
-    renamed: dict = {}  # (namespace, name) -> wire name
     tools = ir.get("tools")
     if isinstance(tools, list) and tools:
         out = []
@@ -91,24 +93,28 @@ def fit_tools(scope):
                 continue
             namespace = tool.get("namespace")
             name = tool.get("name")
-            tool = {k: v for k, v in tool.items() if k != "namespace"}
+            about = tool.get("namespace_description")
+            tool = {k: v for k, v in tool.items() if k not in ("namespace", "namespace_description")}
             if namespace and isinstance(name, str):
                 tool["name"] = wire_name(namespace, name)
+                # The model saw the namespace's description once for all its tools: each carries it.
+                if about:
+                    about = f"(One of the {namespace} tools: {about})"
+                    tool["description"] = f"{tool['description']}\n\n{about}" if tool.get("description") else about
             custom = kind == "custom" and wrap_custom
             if custom:
                 tool = {"type": "function", "name": tool.get("name"),
                         "description": custom_description(tool.get("description"), tool.get("format")),
-                        "parameters": custom_parameters(tool.get("format")), "strict": False,
+                        "parameters": custom_parameters(), "strict": False,
                         "_path": tool.get("_path")}
             if namespace or custom:
-                renamed[(namespace, name)] = tool["name"]
                 ctx.tool_calls[tool["name"]] = {"name": name, "namespace": namespace, "custom": custom}
             out.append(tool)
-        searchable = any(_is_tool_search(t) for t in out if isinstance(t, dict))
+        # A deferred tool is loaded by a tool search the provider runs; every tool search
+        # of another protocol is hosted and left out above, so nothing could load it: it
+        # is sent normally (clients declare the deferred tools they have loaded).
         for i, tool in enumerate(out):
-            if isinstance(tool, dict) and tool.get("defer_loading") and not searchable:
-                # Nothing in this request can load a deferred tool for this provider: the
-                # tool is sent normally (the client only defers what it may need).
+            if isinstance(tool, dict) and tool.get("defer_loading"):
                 out[i] = {k: v for k, v in tool.items() if k != "defer_loading"}
                 if not any("deferred tools sent normally" in t for t in ctx.traces):
                     ctx.trace("deferred tools sent normally: no tool search the provider can run (defer_loading)")
@@ -116,8 +122,8 @@ def fit_tools(scope):
         if not out and "tool_choice" in ir:
             ir.pop("tool_choice")
             ir.pop("parallel_tool_calls", None)
-    if renamed or (wrap_custom and _has_custom_call(ir)) or _has_namespaced_call(ir):
-        ir = {**ir, "messages": [_fit_message(m, wrap_custom, ctx) for m in ir.get("messages") or ()]}
+    if (wrap_custom and _has_custom_call(ir)) or _has_namespaced_call(ir):
+        ir = {**ir, "messages": [_fit_message(m, wrap_custom) for m in ir.get("messages") or ()]}
     choice = ir.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "custom" and wrap_custom:
         ir = {**ir, "tool_choice": {**choice, "type": "tool"}}
@@ -143,7 +149,7 @@ def _has_namespaced_call(ir) -> bool:
     return any(p.get("namespace") for p in _calls(ir))
 
 
-def _fit_message(msg, wrap_custom: bool, ctx):
+def _fit_message(msg, wrap_custom: bool):
     if not isinstance(msg, dict) or msg.get("role") != "assistant":
         return msg
     parts = []
