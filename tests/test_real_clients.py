@@ -308,3 +308,55 @@ def test_claude_code_discovers_gateway_models(start_proxy, harness, agent_upstre
     cache = json.loads(caches[0].read_text())
     assert [m["id"] for m in cache["models"]] == ["claude-proxai-gpt-5"]
     assert any(r.path == "/v1/responses" for r in agent_upstream.requests)  # and the turn was served
+
+
+def png(width: int = 8, height: int = 8) -> bytes:
+    """A small valid RGB PNG."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def images_in(record) -> int:
+    """Image parts anywhere in a provider request (any protocol's form)."""
+    text = json.dumps(record.body or {})
+    return text.count('"type": "image"') + text.count('"type": "image_url"') + text.count('"type": "input_image"')
+
+
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_claude_code_reads_an_image(start_proxy, harness, mock, tmp_path, provider_protocol):
+    """Claude Code's Read tool returns a PNG as an image inside the tool result; every provider
+    gets it in a form it takes (toward Chat: in a user message after the tool message)."""
+    claude = cli("claude")
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
+    work = tmp_path / "work"
+    work.mkdir()
+    picture = work / "pixel.png"
+    picture.write_bytes(png())
+    prompt = f"Describe the image in {picture}."
+    call_id = CALL_IDS[provider_protocol]
+
+    def script(record):
+        if call_id in tool_results(record):
+            return Turn([Text("A red square.")])
+        if "Read" in offered_tools(record) and prompt in json.dumps(record.body):
+            return Turn([ToolCall(call_id, "Read", json.dumps({"file_path": str(picture)}))])
+        return Turn([Text("OK")])
+
+    mock.responder = script
+    result = run([claude, "-p", prompt, "--allowedTools", "Read"], claude_env(tmp_path / "home", proxy.url), work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    assert "A red square." in result.stdout
+    with_result = [r for r in mock.requests if call_id in tool_results(r)]
+    assert with_result and images_in(with_result[0]) >= 1
+    if provider_protocol == "openai_chat_completions":
+        messages = with_result[0].body["messages"]
+        at = next(i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("tool_call_id") == call_id)
+        after = messages[at + 1]
+        assert after["role"] == "user" and '"image_url"' in json.dumps(after["content"])
