@@ -8,6 +8,10 @@ reasoning and text; each run must finish its tool loop with exit code 0, the com
 must really have run (its output reaches the upstream as the tool result), and the
 final text must reach the terminal.
 
+Besides the shell-tool loop: Claude Code's `/context` (token counting), its gateway
+model discovery (`GET /v1/models`), and an image read by each CLI's own tool (Claude
+Code's Read, Codex's view_image) inside a tool result.
+
 The CLIs come from npm (`npm ci --prefix tests/clients`, done by .ci/run); without
 Node or without them these tests skip, saying so. They need no internet: every
 request goes to 127.0.0.1, and the CLIs' update checks and telemetry are off.
@@ -360,3 +364,32 @@ def test_claude_code_reads_an_image(start_proxy, harness, mock, tmp_path, provid
         at = next(i for i, m in enumerate(messages) if m.get("role") == "tool" and m.get("tool_call_id") == call_id)
         after = messages[at + 1]
         assert after["role"] == "user" and '"image_url"' in json.dumps(after["content"])
+
+
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_codex_views_an_image(start_proxy, harness, mock, tmp_path, provider_protocol):
+    """Codex's view_image puts the picture into the tool output; every provider takes it."""
+    codex = cli("codex")
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "*")
+    work = tmp_path / "work"
+    work.mkdir()
+    picture = work / "pixel.png"
+    picture.write_bytes(png())
+    prompt = f"Look at the image {picture} and describe it."
+    call_id = CALL_IDS[provider_protocol]
+
+    def script(record):
+        if call_id in tool_results(record):
+            return Turn([Text("A red square.")])
+        if "view_image" in offered_tools(record) and prompt in json.dumps(record.body):
+            return Turn([ToolCall(call_id, "view_image", json.dumps({"path": str(picture)}))])
+        return Turn([Text("OK")])
+
+    mock.responder = script
+    # a model outside Codex's catalog: the classic tool set, where view_image is a plain function
+    env = codex_env(tmp_path / "home", proxy.url, "claude-sonnet-4-5")
+    result = run([codex, "exec", "--skip-git-repo-check", prompt], env, work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    assert "A red square." in result.stdout
+    with_result = [r for r in mock.requests if call_id in tool_results(r)]
+    assert with_result and images_in(with_result[0]) >= 1
