@@ -134,7 +134,7 @@ def agent_script(record):
                            encrypted_content="enc-mock-1", summary=True), call])
 
 
-def check_upstream(mock, provider_protocol: str) -> None:
+def check_upstream(mock, provider_protocol: str, replays_reasoning: bool = False) -> None:
     """The tool's real output reached the provider, as the result of the call the provider made."""
     generation = [r for r in mock.requests if r.protocol == provider_protocol and r.body and "count_tokens" not in r.path
                   and "input_tokens" not in r.path]
@@ -143,9 +143,17 @@ def check_upstream(mock, provider_protocol: str) -> None:
     with_result = [r for r in generation if call_id in tool_results(r)]
     assert with_result, "the tool result never reached the upstream"
     assert OUTPUT in tool_results(with_result[0])[call_id]
-    assert all(r.headers.get("authorization", "").endswith(PROVIDER_KEYS["responses"]) or
-               r.headers.get("authorization", "").endswith(PROVIDER_KEYS["chat"]) or
-               r.headers.get("x-api-key") == PROVIDER_KEYS["anthropic"] for r in generation)
+    key = PROVIDER_KEYS[PROVIDERS[provider_protocol]]
+    if provider_protocol == "anthropic_messages":
+        assert all(r.headers.get("x-api-key") == key for r in generation)
+    else:
+        assert all(r.headers.get("authorization") == f"Bearer {key}" for r in generation)
+    # A client that replays reasoning (Codex does; Claude Code leaves thinking out of its
+    # next request) gets the provider's opaque state back to it, through the client's own
+    # form when translated; Chat has none to carry.
+    opaque = {"anthropic_messages": b"sig-mock-1", "openai_responses": b"enc-mock-1"}.get(provider_protocol)
+    if replays_reasoning and opaque is not None:
+        assert opaque in with_result[0].raw, "the reasoning of the tool-call turn was not replayed"
     assert all(CLIENT_KEY.encode() not in r.raw for r in generation)
     assert {r.body["model"] for r in generation} == {UPSTREAM_MODEL}
 
@@ -266,7 +274,7 @@ def test_codex_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provide
     result = run([codex, "exec", "--skip-git-repo-check", PROMPT], codex_env(tmp_path / "home", proxy.url, model), work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
-    check_upstream(agent_upstream, provider_protocol)
+    check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
 
 
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
