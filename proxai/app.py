@@ -18,7 +18,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, ingress, inspector, requestid, usage
+from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, requestid, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
@@ -31,7 +31,7 @@ from proxai.transport import Transport, provider_headers, read_body, upstream_ur
 
 log = logging.getLogger("proxai")
 
-PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
+PATHS = paths.GENERATE
 REQUEST_ID_HEADER = requestid.HEADER
 # Hosted tools left out of a translated request (hosted_tools: drop), comma-separated.
 DROPPED_TOOLS_HEADER = "x-proxai-dropped-tools"
@@ -42,13 +42,9 @@ INFO_KEY: web.RequestKey[dict] = web.RequestKey("proxai.info", dict)
 CAPTURE_KEY: web.RequestKey[capture.RequestCapture] = web.RequestKey("proxai.capture", capture.RequestCapture)
 
 
-def protocol_for_path(path: str) -> str:
-    """The client protocol of a path; unknown paths answer in the closest family's shape."""
-    if path in PATHS:
-        return PATHS[path]
-    if path.rstrip("/").endswith("messages"):
-        return ANTHROPIC
-    return CHAT
+def protocol_for_path(path: str, headers=None) -> str:
+    """The client protocol of a path; other paths answer in the closest family's shape."""
+    return paths.protocol_for(path, headers or {})
 
 
 class Proxy:
@@ -98,7 +94,7 @@ class Proxy:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         info: dict[str, Any] = request[INFO_KEY]
-        protocol = PATHS[request.path]
+        protocol = PATHS[paths.canonical(request.path)]
         self._authorize(request)
         if self.recorder is not None:
             request[CAPTURE_KEY] = self.recorder.open(info["request_id"])
@@ -156,13 +152,14 @@ class Proxy:
             if match.upstream_model != model:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
-            return await self._passthrough(request, protocol, provider, raw, stream, info)
+            return await self._passthrough(request, protocol, provider, raw, stream, info, query=request.rel_url.raw_query_string)
         return await self._translate(request, protocol, match, body, stream, info)
 
     async def _passthrough(
-        self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict
+        self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
+        query: str = "",
     ) -> web.StreamResponse:
-        upstream = await self._send(request, provider, raw, stream, info)
+        upstream = await self._send(request, provider, raw, stream, info, query=query)
         try:
             await self._raise_for_status(upstream, provider)
             if not _is_event_stream(upstream):
@@ -230,14 +227,15 @@ class Proxy:
         return response
 
     async def _send(
-        self, request: web.Request, provider: ProviderConfig, body: bytes, stream: bool, info: dict
+        self, request: web.Request, provider: ProviderConfig, body: bytes, stream: bool, info: dict,
+        *, suffix: str = "", query: str = "",
     ) -> aiohttp.ClientResponse:
         """Send to the provider; note its request id; capture both sides when asked."""
         cap = request.get(CAPTURE_KEY)
         if cap is not None:
             headers = provider_headers(provider, request.headers, stream)
-            cap.whole("provider_request", f"POST {upstream_url(provider)} HTTP/1.1", headers.items(), body)
-        upstream = await self.transport.send(provider, body, request.headers, stream)
+            cap.whole("provider_request", f"POST {upstream_url(provider, suffix, query)} HTTP/1.1", headers.items(), body)
+        upstream = await self.transport.send(provider, body, request.headers, stream, suffix=suffix, query=query)
         info["upstream_request_id"] = requestid.upstream_id(upstream.headers)
         if cap is not None and cap.wants("upstream_response"):
             cap.start("upstream_response", capture.status_line(upstream.status, upstream.reason), upstream.headers.items())
@@ -383,10 +381,10 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     started = time.monotonic()
     request_id = requestid.from_client(request.headers)
     token = requestid.current.set(request_id)
-    protocol = protocol_for_path(request.path)
+    protocol = protocol_for_path(request.path, request.headers)
     info: dict[str, Any] = {"request_id": request_id, "method": request.method, "path": request.path,
                             "_started": started}
-    if request.path in PATHS:
+    if paths.canonical(request.path) in PATHS:
         info["client_protocol"] = protocol
     request[INFO_KEY] = info
     tables = request.app[PROXY_KEY].engine.tables
@@ -399,16 +397,18 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         return response
     except web.HTTPException as exc:
         if exc.status == 404:
-            err: E.ProxyError = E.NotFound(f"no endpoint at {request.path}; serving {', '.join('POST ' + p for p in PATHS)}")
+            err: E.ProxyError = E.NotFound(f"no endpoint at {request.path}; serving {', '.join('POST ' + p for p in PATHS)}"
+                                           f", POST {', POST '.join(paths.COUNT_TOKENS)}, GET {paths.MODELS}")
         elif exc.status == 405:
-            err = E.MethodNotAllowed(f"method {request.method} is not allowed on {request.path}; use POST")
+            allowed = ", ".join(sorted(getattr(exc, "allowed_methods", None) or {"POST"}))
+            err = E.MethodNotAllowed(f"method {request.method} is not allowed on {request.path}; use {allowed}")
         elif exc.status == 413:
             err = E.RequestTooLarge("request body is too large")
         else:
             err = E.ProxyError(exc.reason or "error", status=exc.status)
         response = _error_response(protocol, err, info, tables)
         if exc.status == 405:
-            response.headers["Allow"] = "POST"
+            response.headers["Allow"] = ", ".join(sorted(getattr(exc, "allowed_methods", None) or {"POST"}))
         return response
     except Exception as exc:
         # No message: it might quote request content. Type and location suffice to find the bug.
@@ -437,7 +437,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             for note in info.get("_traces") or ():
                 log.info("translation: %s", note)
             log_request(**info)
-            if request.path in PATHS:
+            if paths.canonical(request.path) in PATHS:
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:
                     request.app[PROXY_KEY].inspector.finish(info)
@@ -471,6 +471,9 @@ def build_app(
     app[PROXY_KEY] = proxy
     for path in PATHS:
         app.router.add_post(path, proxy.handle)
+        app.router.add_post(paths.unprefixed(path), proxy.handle)
+    count_tokens.register(app, proxy, INFO_KEY)
+    models_endpoint.register(app, proxy, INFO_KEY)
     app.router.add_get("/healthz", proxy.healthz)
     if config.server.metrics.enabled:
         app.router.add_get("/metrics", proxy.metrics_endpoint)
@@ -490,9 +493,11 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
     """Demo mode: one mock provider per protocol. The model prefix picks the provider,
     so `anthropic/x` through /v1/chat/completions exercises a translation."""
     providers = {
-        "demo-chat": ProviderConfig("demo-chat", CHAT, mock_url + "/v1", "demo-key"),
-        "demo-responses": ProviderConfig("demo-responses", RESPONSES, mock_url + "/v1", "demo-key"),
-        "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key"),
+        "demo-chat": ProviderConfig("demo-chat", CHAT, mock_url + "/v1", "demo-key", models=("demo", "chat/demo")),
+        "demo-responses": ProviderConfig("demo-responses", RESPONSES, mock_url + "/v1", "demo-key",
+                                         models=("demo", "responses/demo")),
+        "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key",
+                                         models=("demo", "anthropic/demo")),
     }
     routes = tuple(
         RouteConfig(name=f"demo-{prefix}", model_pattern=f"^{prefix}/(.+)$", provider=name, match_kind="regex", upstream_model="$1")

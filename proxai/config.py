@@ -57,6 +57,7 @@ class ProviderConfig:
     protocol: str
     base_url: str
     api_key: str
+    models: tuple[str, ...] = ()  # listed by GET /v1/models when routing sends them here
     read_idle_timeout_secs: float = 120.0
     max_tokens_default: int | None = None
     anthropic_version: str = "2023-06-01"
@@ -276,7 +277,7 @@ def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
 def _build(doc: dict[str, Any]) -> Config:
     server = doc.get("server", {})
     providers = {
-        name: ProviderConfig(name=name, **{k: v for k, v in p.items()})
+        name: ProviderConfig(name=name, **{k: tuple(v) if k == "models" else v for k, v in p.items()})
         for name, p in doc.get("providers", {}).items()
     }
     routing = doc.get("routing", {})

@@ -7,6 +7,7 @@ import os
 from typing import Mapping
 
 import aiohttp
+import yarl
 
 from proxai.config import ProviderConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES, UpstreamTimeout, UpstreamUnreachable
@@ -16,9 +17,13 @@ USER_AGENT = "proxai/0.1"
 _PATHS = {CHAT: "/chat/completions", RESPONSES: "/responses", ANTHROPIC: "/v1/messages"}
 
 
-def upstream_url(provider: ProviderConfig) -> str:
-    """OpenAI base URLs end in /v1 (SDK convention); Anthropic ones do not."""
-    return provider.base_url.rstrip("/") + _PATHS[provider.protocol]
+def upstream_url(provider: ProviderConfig, suffix: str = "", query: str = "") -> str:
+    """OpenAI base URLs end in /v1 (SDK convention); Anthropic ones do not.
+
+    `suffix` names a sub-endpoint of the protocol's path (`/count_tokens`,
+    `/input_tokens`); `query` is a raw query string kept as the client sent it."""
+    url = provider.base_url.rstrip("/") + _PATHS[provider.protocol] + suffix
+    return f"{url}?{query}" if query else url
 
 
 def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str], stream: bool) -> dict[str, str]:
@@ -78,7 +83,14 @@ class Transport:
             self.session = None
 
     async def send(
-        self, provider: ProviderConfig, body: bytes, client_headers: Mapping[str, str], stream: bool
+        self,
+        provider: ProviderConfig,
+        body: bytes,
+        client_headers: Mapping[str, str],
+        stream: bool,
+        *,
+        suffix: str = "",
+        query: str = "",
     ) -> aiohttp.ClientResponse:
         """POST to the provider and return once its status and headers arrived.
 
@@ -90,7 +102,8 @@ class Transport:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
         try:
             return await self.session.post(
-                upstream_url(provider),
+                # encoded=True: the query string goes upstream byte for byte
+                yarl.URL(upstream_url(provider, suffix, query), encoded=True),
                 data=body,
                 headers=provider_headers(provider, client_headers, stream),
                 timeout=timeout,

@@ -39,3 +39,11 @@ def demo_turn(protocol: str, body: dict) -> Turn:
     words = text.split(" ")
     chunks = [w + " " for w in words[:-1]] + [words[-1]]
     return Turn([Text(text, chunks=chunks)], usage=Usage(input_tokens=max(1, len(said.split())), output_tokens=len(words)))
+
+
+def token_count(protocol: str, raw: bytes) -> dict:
+    """A counting endpoint's answer: one token per 4 bytes of the request body."""
+    tokens = max(1, len(raw) // 4)
+    if protocol == "openai_responses":
+        return {"object": "response.input_tokens", "input_tokens": tokens}
+    return {"input_tokens": tokens}

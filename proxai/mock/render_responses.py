@@ -137,14 +137,15 @@ def _final(item: dict) -> dict:
         }
     b = item["block"]
     if item["kind"] == "function_call":
-        return {
-            "id": item["id"],
-            "type": "function_call",
-            "status": "completed",
-            "arguments": b.arguments,
-            "call_id": b.id,
-            "name": b.name,
-        }
+        if b.custom:
+            out = {"id": item["id"], "type": "custom_tool_call", "status": "completed", "call_id": b.id,
+                   "name": b.name, "input": b.arguments}
+        else:
+            out = {"id": item["id"], "type": "function_call", "status": "completed", "arguments": b.arguments,
+                   "call_id": b.id, "name": b.name}
+        if b.namespace is not None:
+            out["namespace"] = b.namespace
+        return out
     if isinstance(b, RedactedReasoning):
         return {"id": item["id"], "type": "reasoning", "summary": [], "encrypted_content": b.data}
     out: dict = {"id": item["id"], "type": "reasoning"}
@@ -192,11 +193,19 @@ def _item_events(item: dict, index: int) -> list[tuple[str, dict]]:
                     ev.append(("response.refusal.delta", {**pat, "delta": p}))
                 ev.append(("response.refusal.done", {**pat, "refusal": refusal_text(b)}))
             ev.append(("response.content_part.done", {**pat, "part": _part(b)}))
+    elif item["kind"] == "function_call" and item["block"].custom:
+        b = item["block"]
+        added = {k: v for k, v in final.items() if k != "input"}
+        ev.append(("response.output_item.added", {"output_index": index, "item": {
+            **added, "status": "in_progress", "input": ""}}))
+        for p in pieces(b.arguments, b.chunks):
+            ev.append(("response.custom_tool_call_input.delta", {**at, "delta": p}))
+        ev.append(("response.custom_tool_call_input.done", {**at, "input": b.arguments}))
     elif item["kind"] == "function_call":
         b = item["block"]
+        added = {k: v for k, v in final.items() if k != "arguments"}
         ev.append(("response.output_item.added", {"output_index": index, "item": {
-            "id": iid, "type": "function_call", "status": "in_progress", "arguments": "",
-            "call_id": b.id, "name": b.name}}))
+            **added, "status": "in_progress", "arguments": ""}}))
         for p in pieces(b.arguments, b.chunks):
             ev.append(("response.function_call_arguments.delta", {**at, "delta": p}))
         ev.append(("response.function_call_arguments.done", {**at, "arguments": b.arguments}))

@@ -17,8 +17,11 @@ class Text:
 class ToolCall:
     id: str
     name: str
-    arguments: str  # the exact JSON string
+    arguments: str  # the exact JSON string (a custom call: its free-form input)
     chunks: list[str] | None = None
+    # Responses only: a free-form `custom_tool_call`, and the namespace of a namespaced tool.
+    custom: bool = False
+    namespace: str | None = None
 
 
 @dataclass

@@ -18,6 +18,8 @@ from .replies import ANTHROPIC, CHAT, NATIVE, RESPONSES, Error, Hang, Json, Stre
 from .turn import Turn
 
 PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
+# Token counting: with an empty queue the answer counts one token per 4 bytes of the body.
+COUNT_PATHS = {"/v1/messages/count_tokens": ANTHROPIC, "/v1/responses/input_tokens": RESPONSES}
 RENDERERS = {CHAT: render_chat, RESPONSES: render_responses, ANTHROPIC: render_anthropic}
 SSE_TYPE = "text/event-stream; charset=utf-8"
 
@@ -30,12 +32,15 @@ class Recorded:
     body: dict | None  # None when the body is not a JSON object
     raw: bytes
     method: str = "POST"
+    query: str = ""  # the raw query string
 
 
 def protocol_for_path(path: str) -> str:
     """The protocol whose error shape an unknown path answers in."""
     if path in PATHS:
         return PATHS[path]
+    if path in COUNT_PATHS:
+        return COUNT_PATHS[path]
     if path.rstrip("/").endswith("messages"):
         return ANTHROPIC
     if "responses" in path:
@@ -54,12 +59,14 @@ class MockUpstream:
     """Serves POST /v1/chat/completions, /v1/responses and /v1/messages on `app`.
 
     `enqueue` scripts replies (Json, Error, Stream, Hang, or a Turn rendered in the protocol of
-    the path hit, streaming when the request's "stream" is true); `requests` records everything
-    received, unknown paths included."""
+    the path hit, streaming when the request's "stream" is true); `responder`, when set, answers
+    whatever the queue does not (a callable like a queued one: an agent's whole conversation);
+    `requests` records everything received, unknown paths included."""
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
         self._queue: deque = deque()
+        self.responder = None
         self._closing = False
         self.url: str | None = None
         self._server = None
@@ -75,6 +82,7 @@ class MockUpstream:
 
     def reset(self) -> None:
         self._queue.clear()
+        self.responder = None
         self.requests.clear()
 
     @property
@@ -134,14 +142,22 @@ class MockUpstream:
             body=body if isinstance(body, dict) else None,
             raw=raw,
             method=request.method,
+            query=request.rel_url.raw_query_string,
         )
         self.requests.append(record)
+        if path in COUNT_PATHS and request.method == "POST":
+            reply = self._queue.popleft() if self._queue else Json(demo.token_count(protocol, raw))
+            if callable(reply):
+                reply = reply(record)
+            return await self._answer(request, protocol, record.body or {}, reply)
         if path not in PATHS:
             return _json(404, native_error_body(protocol, 404, f"no route for {path}"))
         if request.method != "POST":
             return _json(405, native_error_body(protocol, 405, f"method {request.method} not allowed"))
         if self._queue:
             reply = self._queue.popleft()
+        elif self.responder is not None:
+            reply = self.responder
         else:
             reply = demo.demo_turn(protocol, record.body or {})
         if callable(reply):
