@@ -78,7 +78,7 @@ def _reason(exc: BaseException | None) -> str:
     for cls, text in _PARSE_REASONS:
         if isinstance(exc, cls):
             return text
-    return "the request is not valid HTTP/1.1"
+    return "the request line or a header is malformed"
 
 
 class Handler(RequestHandler):
