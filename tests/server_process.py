@@ -85,6 +85,28 @@ class ServerProcess:
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
+    def sockets(self) -> list[tuple[int, int]]:
+        """(local port, remote port) of each TCP socket the process holds (remote 0: listening)."""
+        inodes = set()
+        for fd in os.listdir(f"/proc/{self.proc.pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{self.proc.pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        out = []
+        for table in ("tcp", "tcp6"):
+            try:
+                lines = Path(f"/proc/{self.proc.pid}/net/{table}").read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                parts = line.split()
+                if parts[9] in inodes:
+                    out.append((int(parts[1].rsplit(":", 1)[1], 16), int(parts[2].rsplit(":", 1)[1], 16)))
+        return out
+
     def in_flight(self) -> float:
         for line in self.get("/metrics").decode().splitlines():
             if line.startswith("proxai_requests_in_flight "):
