@@ -177,6 +177,7 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
     from proxai import serving
 
     serving.install_fd_exhaustion_log(asyncio.get_running_loop())
+    fd_watch = asyncio.ensure_future(serving.watch_fds())
     runner = make_runner(app)
     await runner.setup()
     try:
@@ -217,6 +218,7 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
         log.info("shutting down")
         return 0
     finally:
+        fd_watch.cancel()
         await runner.cleanup()
 
 

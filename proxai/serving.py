@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
+import os
 import re
 import resource
 import time
@@ -226,6 +227,45 @@ class Runner(web.AppRunner):
                       **self._hardening, **base._kwargs)
 
 
+def _open_file_limit() -> int:
+    try:
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ValueError, OSError):
+        return -1
+
+
+def _log_fds_exhausted(limit: int) -> None:
+    _fd_log(logging.ERROR, "out of file descriptors (open-file limit %d): new connections wait until some "
+            "close; raise `ulimit -n` or lower server.max_connections", limit)
+
+
+FD_WATCH_SECS = 1.0
+_FD_HEADROOM = 8
+
+
+def fds_nearly_exhausted(limit: int | None = None) -> bool:
+    """True (and one rate-limited error line) when fewer than a few descriptors are left."""
+    limit = _open_file_limit() if limit is None else limit
+    if limit < 0 or limit == resource.RLIM_INFINITY:
+        return False
+    try:
+        used = len(os.listdir("/proc/self/fd"))
+    except OSError:  # no /proc: the accept() report below is all there is
+        return False
+    if used >= limit - _FD_HEADROOM:
+        _log_fds_exhausted(limit)
+        return True
+    return False
+
+
+async def watch_fds() -> None:
+    """uvloop (libuv) sheds connections silently when accept() fails for lack of fds, so the
+    count is also watched directly."""
+    while True:
+        await asyncio.sleep(FD_WATCH_SECS)
+        fds_nearly_exhausted()
+
+
 def install_fd_exhaustion_log(loop: asyncio.AbstractEventLoop) -> None:
     """Turn the event loop's report of a failed accept() for lack of fds into one clear, rate-limited line."""
     previous = loop.get_exception_handler()
@@ -233,12 +273,7 @@ def install_fd_exhaustion_log(loop: asyncio.AbstractEventLoop) -> None:
     def handler(loop: asyncio.AbstractEventLoop, context: dict) -> None:
         exc = context.get("exception")
         if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
-            try:
-                soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            except (ValueError, OSError):
-                soft = -1
-            _fd_log(logging.ERROR, "out of file descriptors (open-file limit %d): new connections wait until some "
-                    "close; raise `ulimit -n` or lower server.max_connections", soft)
+            _log_fds_exhausted(_open_file_limit())
             return
         if previous is not None:
             previous(loop, context)

@@ -233,3 +233,39 @@ def test_past_the_connection_cap_idle_connections_make_room_for_real_clients(har
     finally:
         for s in silent:
             s.close()
+
+
+# --- item 7: a word when descriptors run out ----------------------------------------------------------------------
+
+
+def test_running_out_of_file_descriptors_is_logged_once_per_interval(caplog):
+    import os
+
+    serving._fd_log._last = float("-inf")
+    used = len(os.listdir("/proc/self/fd"))
+    with caplog.at_level(logging.ERROR, logger="proxai"):
+        assert not serving.fds_nearly_exhausted(limit=used + 1000)
+        assert serving.fds_nearly_exhausted(limit=used + 2)
+        assert serving.fds_nearly_exhausted(limit=used + 2)  # folded into the next line, not logged again
+    lines = [r.getMessage() for r in caplog.records if "out of file descriptors" in r.getMessage()]
+    assert lines == [f"out of file descriptors (open-file limit {used + 2}): new connections wait until some "
+                     "close; raise `ulimit -n` or lower server.max_connections"]
+
+
+def test_a_failed_accept_for_lack_of_descriptors_becomes_one_clear_line(caplog):
+    import asyncio
+    import errno
+
+    serving._fd_log._last = float("-inf")
+    loop = asyncio.new_event_loop()
+    try:
+        serving.install_fd_exhaustion_log(loop)
+        with caplog.at_level(logging.ERROR):
+            for _ in range(5):  # what asyncio reports on each failed accept()
+                loop.call_exception_handler({"message": "socket.accept() out of system resource",
+                                             "exception": OSError(errno.EMFILE, "Too many open files")})
+    finally:
+        loop.close()
+    records = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(records) == 1 and "out of file descriptors" in records[0].getMessage()
+    assert not records[0].exc_info
