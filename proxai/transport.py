@@ -9,9 +9,11 @@ connection; any other failure is reported as it happened.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import os
 import re
+import weakref
 from typing import Mapping
 
 import aiohttp
@@ -75,7 +77,7 @@ def _proxy_configured() -> bool:
 
 
 class _Attempt:
-    """Per-request trace context: did the pool hand out a connection used before?"""
+    """One try of a request: did the pool hand it a connection used before?"""
 
     __slots__ = ("reused",)
 
@@ -83,10 +85,28 @@ class _Attempt:
         self.reused = False
 
 
-async def _on_reuse(session, ctx, params) -> None:
-    attempt = ctx.trace_request_ctx
-    if isinstance(attempt, _Attempt):
-        attempt.reused = True
+_attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("proxai_attempt", default=None)
+
+
+class _PoolConnector(aiohttp.TCPConnector):
+    """A TCPConnector that notes on the current attempt whether the connection came from the pool
+    (cheaper than aiohttp's request tracing, which costs several awaits on every request)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._seen: weakref.WeakSet = weakref.WeakSet()
+
+    async def connect(self, req, traces, timeout):
+        conn = await super().connect(req, traces, timeout)
+        protocol = conn.protocol
+        if protocol is not None:
+            if protocol in self._seen:
+                attempt = _attempt.get()
+                if attempt is not None:
+                    attempt.reused = True
+            else:
+                self._seen.add(protocol)
+        return conn
 
 
 class Transport:
@@ -97,12 +117,7 @@ class Transport:
         self.session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # never pools: the one retry's connection
 
-    def _session(self, connector: aiohttp.BaseConnector, trace: bool) -> aiohttp.ClientSession:
-        traces = []
-        if trace:
-            config = aiohttp.TraceConfig()
-            config.on_connection_reuseconn.append(_on_reuse)
-            traces.append(config)
+    def _session(self, connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
             connector=connector,
             # One session serves every client: a provider's Set-Cookie must not ride
@@ -113,13 +128,12 @@ class Transport:
             # Honouring HTTP(S)_PROXY costs aiohttp two thread hops per request (env and
             # netrc lookups), so it is on only when a proxy is configured at startup.
             trust_env=_proxy_configured(),
-            trace_configs=traces,
         )
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=30)
-        self.session = self._session(connector, trace=True)
-        self._fresh = self._session(aiohttp.TCPConnector(limit=0, force_close=True), trace=False)
+        connector = _PoolConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=30)
+        self.session = self._session(connector)
+        self._fresh = self._session(aiohttp.TCPConnector(limit=0, force_close=True))
 
     async def close(self) -> None:
         for name in ("session", "_fresh"):
@@ -143,14 +157,20 @@ class Transport:
         url = upstream_url(provider)
         headers = provider_headers(provider, client_headers, stream)
         attempt = _Attempt()
+        token = _attempt.set(attempt)
         session = self.session
+        try:
+            return await self._post(provider, session, url, headers, body, timeout, attempt, idle)
+        finally:
+            _attempt.reset(token)
+
+    async def _post(self, provider, session, url, headers, body, timeout, attempt, idle) -> aiohttp.ClientResponse:
         while True:
             try:
                 # sock_read restarts with every byte; this bounds headers sent a byte at a time.
                 async with asyncio.timeout(idle):
                     resp = await session.post(
-                        url, data=body, headers=headers, timeout=timeout,
-                        allow_redirects=False, trace_request_ctx=attempt,
+                        url, data=body, headers=headers, timeout=timeout, allow_redirects=False,
                     )
                 break
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
@@ -163,7 +183,7 @@ class Transport:
                     # this request, so one retry on a connection of its own is safe.
                     log.info("pooled connection to provider %s failed before any answer (%s); retrying on a fresh one",
                              provider.name, type(exc).__name__)
-                    session, attempt = self._fresh, _Attempt()
+                    session, attempt.reused = self._fresh, False
                     continue
                 raise UpstreamProtocolError(
                     f"provider {provider.name!r} closed the connection before answering ({type(exc).__name__})"
