@@ -55,27 +55,18 @@ def _handler(proxy, protocol: str, info_key):
         info = request[info_key]
         info["client_protocol"] = protocol
         proxy._authorize(request)
-        if proxy.active >= proxy.config.server.max_concurrent_requests:
+        server = proxy.config.server
+        # Read before taking a concurrency slot, as the generation endpoints do.
+        raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
+        if proxy.active >= server.max_concurrent_requests:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
         proxy.active += 1
         try:
-            return await count(proxy, protocol, request, info)
+            return await count(proxy, protocol, request, info, raw)
         finally:
             proxy.active -= 1
 
     return handle
-
-
-async def _read(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes") from None
-    if len(raw) > limit:
-        raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
-    return raw
 
 
 def _check(protocol: str, body: dict) -> None:
@@ -86,10 +77,9 @@ def _check(protocol: str, body: dict) -> None:
         ingress.check(protocol, body)
 
 
-async def count(proxy, protocol: str, request: web.Request, info: dict) -> web.StreamResponse:
+async def count(proxy, protocol: str, request: web.Request, info: dict, raw: bytes) -> web.StreamResponse:
     from proxai.app import dump_json  # the app imports this module to register its routes
 
-    raw = await _read(request, proxy.config.server.max_request_body_bytes)
     body = ingress.decode(raw)
     _check(protocol, body)
     model = body["model"]
