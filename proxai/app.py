@@ -190,7 +190,7 @@ class Proxy:
         response.headers["Content-Type"] = SSE_CONTENT_TYPE
         response.headers["Cache-Control"] = "no-cache"
         response.headers.update(E.preserved_headers(upstream.headers))
-        requestid.stamp(response.headers, info["request_id"])
+        requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
         info["status"] = 200
         info["outcome"] = "open"
         try:
@@ -228,7 +228,7 @@ class Proxy:
             headers = provider_headers(provider, request.headers, stream)
             cap.whole("provider_request", f"POST {upstream_url(provider)} HTTP/1.1", headers.items(), body)
         upstream = await self.transport.send(provider, body, request.headers, stream)
-        info["upstream_request_id"] = requestid.upstream_id(upstream.headers)
+        info["upstream_request_id"] = requestid.upstream_id(upstream.headers, provider.protocol)
         if cap is not None and cap.wants("upstream_response"):
             cap.start("upstream_response", capture.status_line(upstream.status, upstream.reason), upstream.headers.items())
             return capture.TeeUpstream(upstream, cap)  # type: ignore[return-value]
@@ -336,7 +336,7 @@ def _json_response(status: int, data: bytes, upstream_headers, info: dict) -> we
     response = web.Response(status=status, body=data)
     response.headers["Content-Type"] = "application/json"
     response.headers.update(E.preserved_headers(upstream_headers))
-    requestid.stamp(response.headers, info["request_id"])
+    requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
     info["status"] = status
     return response
 
@@ -420,7 +420,7 @@ def _error_response(protocol: str, err: E.ProxyError, info: dict, tables) -> web
     response = web.Response(status=status, body=body)
     for name, value in headers.items():
         response.headers[name] = value
-    requestid.stamp(response.headers, info["request_id"])
+    requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
     info["status"] = status
     info["error"] = err.kind
     return response
