@@ -256,6 +256,7 @@ class Proxy:
             continuation_secret=self.config.continuation_secret,
             max_tokens_default=provider.max_tokens_default,
             drop_sampling=provider.drop_sampling,
+            thinking_mode=provider.thinking_mode,
             max_tokens_field=provider.max_tokens_field,
         )
         info["_traces"] = ctx.traces

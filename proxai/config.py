@@ -54,6 +54,7 @@ class ProviderConfig:
     anthropic_version: str = "2023-06-01"
     auth: str = "x-api-key"
     drop_sampling: bool = False
+    thinking_mode: str = "adaptive"
     max_tokens_field: str = "max_completion_tokens"
 
     def __repr__(self) -> str:  # never show the key
@@ -297,7 +298,7 @@ def _build(doc: dict[str, Any]) -> Config:
     )
 
 
-_ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling")
+_ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling", "thinking_mode")
 _CHAT_ONLY = ("max_tokens_field",)
 
 
