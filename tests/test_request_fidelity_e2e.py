@@ -142,3 +142,36 @@ def test_responses_without_input_is_a_400_naming_input(openai_client, mock, prov
     assert err.value.body["param"] == "input"
     assert "input" in err.value.body["message"]
     assert len(mock.requests) == before  # the provider was not called
+
+
+# --- 9. Anthropic agent fields toward OpenAI: traced or refused ------------------------------
+
+
+@pytest.mark.parametrize("provider", ["chat", "responses"])
+def test_anthropic_beta_fields_are_dropped_with_a_trace_line(anthropic_client, mock, provider):
+    from test_observability import LogCapture
+
+    mock.enqueue(Turn([Text("ok")]))
+    with LogCapture() as cap:
+        out = anthropic_client.beta.messages.create(
+            model=f"{provider}/gpt", max_tokens=64, messages=HI, container="container_1",
+            context_management={"edits": [{"type": "clear_tool_uses_20250919"}]},
+            thinking={"type": "adaptive"}, extra_headers={"x-request-id": f"beta-{provider}"})
+        lines = cap.lines_with("request_id=beta-" + provider, count=4)
+    assert out.content[0].text == "ok"
+    body = sent(mock)
+    for name in ("container", "context_management", "thinking", "reasoning", "reasoning_effort"):
+        assert name not in body
+    notes = "\n".join(lines)
+    assert "dropped advisory field container" in notes and "dropped advisory field context_management" in notes
+    assert "thinking adaptive has no OpenAI equivalent" in notes
+
+
+def test_anthropic_mcp_servers_toward_openai_is_a_400_naming_it(anthropic_client, mock):
+    before = len(mock.requests)
+    with pytest.raises(anthropic.BadRequestError) as err:
+        anthropic_client.beta.messages.create(
+            model="responses/gpt", max_tokens=64, messages=HI,
+            mcp_servers=[{"type": "url", "url": "https://mcp.example/sse", "name": "example"}])
+    assert "mcp_servers" in err.value.message
+    assert len(mock.requests) == before
