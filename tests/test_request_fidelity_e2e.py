@@ -127,7 +127,7 @@ def test_document_to_responses_gets_a_filename(anthropic_client, mock):
     assert part["file_data"] == f"data:application/pdf;base64,{PDF}"
     mock.enqueue(Turn([Text("a summary")]))
     _doc_request(anthropic_client, "responses/gpt", title="contract")
-    assert sent(mock)["input"][0]["content"][0]["filename"] == "contract"
+    assert sent(mock)["input"][0]["content"][0]["filename"] == "contract.pdf"  # OpenAI reads the type from it
 
 
 # --- 4. a Responses request with no input ---------------------------------------------------
