@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kind.add_argument("--stream", action="store_true", help="the file is a recorded SSE stream")
     parser.add_argument("--rules-dir", help="an override rules directory, as `rules_dir` in the config")
     parser.add_argument("--provider-name", default="provider", help="provider name recorded in continuation envelopes")
+    parser.add_argument("--thinking-mode", choices=("adaptive", "budget"), default="adaptive",
+                        help="toward Anthropic: how a reasoning effort asks for thinking, as the provider option")
     parser.add_argument("--client-request", help="(responses/streams) the client's request JSON, for echoed fields and include_usage")
     parser.add_argument("file", help="the JSON body or SSE file ('-' for standard input)")
 
@@ -45,7 +47,7 @@ def run(args: argparse.Namespace, out=None) -> int:
     client, provider = (args.source, args.target) if request_side else (args.target, args.source)
     client_body = json.loads(Path(args.client_request).read_text()) if args.client_request else None
     ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=args.provider_name,
-                         client_body=client_body)
+                         client_body=client_body, thinking_mode=args.thinking_mode)
     try:
         if args.stream:
             if client == provider:
