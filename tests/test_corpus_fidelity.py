@@ -155,3 +155,14 @@ def test_the_oracle_sees_meaning_changes():
     assert req_src.texts and not differences("request", req_src, req_dst)
     req_dst.texts = []
     assert differences("request", req_src, req_dst)
+
+
+if __name__ == "__main__":
+    # `python tests/test_corpus_fidelity.py`: the refusals as corpus_rejections.yaml `items`
+    # lines, each with the first reason whose pattern matches (or UNDECIDED), to review.
+    found: dict = {}
+    for item, target, message in refusals():
+        reason = next((name for name, r in REJECTIONS["reasons"].items() if re.search(r["message"], message)), None)
+        found.setdefault(item, {})[target] = reason or f"UNDECIDED  # {message}"
+    for item in sorted(found):
+        print(f"  {item}: {{{', '.join(f'{t}: {r}' for t, r in sorted(found[item].items()))}}}")

@@ -124,3 +124,13 @@ def test_quota_error_reaches_an_anthropic_client_with_its_reason(anthropic_clien
             stream.get_final_message()
     assert "You exceeded your current quota" in str(err.value)
     assert err.value.body["error"]["type"] == "rate_limit_error"  # 429: insufficient_quota's status
+
+
+@pytest.mark.parametrize("path", [AZURE, OPENROUTER_TOOLS], ids=lambda p: p.stem)
+def test_quirky_chat_streams_pass_through_to_a_chat_client_unchanged(openai_client, mock, path):
+    replay(mock, path)
+    chunks_seen = list(openai_client.chat.completions.create(model="chat/routed", messages=HI, stream=True,
+                                                             stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks_seen if c.choices)
+    assert text == recorded_text(path)
+    assert [c.usage.completion_tokens for c in chunks_seen if c.usage] == [recorded_usage(path)["completion_tokens"]]
