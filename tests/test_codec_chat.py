@@ -850,9 +850,10 @@ class TestStreamDecode:
         events, st = run_decoder(eng, [FIRST, tool(0, "call_a", "get", '{"q": '), DONE])
         assert events[-1]["type"] == "error" and st.failed and not st.complete
 
-    def test_done_before_any_chunk_is_an_error(self, eng):
-        events, st = run_decoder(eng, [DONE])
-        assert events[-1]["type"] == "error" and st.failed
+    def test_done_before_any_content_is_an_error(self, eng):
+        for payloads in ([DONE], [FIRST, DONE]):
+            events, st = run_decoder(eng, payloads)
+            assert events[-1]["type"] == "error" and st.failed and not st.complete
 
     def test_azure_leading_filter_chunk_and_empty_id(self, eng):
         azure = {"choices": [], "created": 0, "id": "", "model": "", "object": "",
