@@ -19,6 +19,10 @@ class Context:
     continuation_secret: str | None = None
     max_tokens_default: int | None = None
     drop_sampling: bool = False
+    # Anthropic providers: how an OpenAI reasoning effort asks for thinking.
+    # "adaptive" (thinking: adaptive + output_config.effort) or "budget" (thinking:
+    # enabled with budget_tokens, for models without adaptive thinking).
+    thinking_mode: str = "adaptive"
     # Chat providers: the output-limit field to send (older servers know only max_tokens).
     max_tokens_field: str = "max_completion_tokens"
     # Prompt caching policy of the provider (auto | passthrough | off; the server passes
@@ -66,6 +70,7 @@ class Context:
             "continuation_enabled": self.continuation_enabled,
             "max_tokens_default": self.max_tokens_default or DEFAULT_MAX_TOKENS,
             "drop_sampling": self.drop_sampling,
+            "thinking_mode": self.thinking_mode,
             "max_tokens_field": self.max_tokens_field,
             "reasoning": self.reasoning,
             "include_usage": bool(isinstance(stream_options, dict) and stream_options.get("include_usage")),

@@ -199,7 +199,7 @@ class Proxy:
         response.headers["Content-Type"] = SSE_CONTENT_TYPE
         response.headers["Cache-Control"] = "no-cache"
         response.headers.update(E.preserved_headers(upstream.headers))
-        requestid.stamp(response.headers, info["request_id"])
+        requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
         response.headers.update(info.get("_headers") or {})
         info["status"] = 200
         info["outcome"] = "open"
@@ -239,7 +239,7 @@ class Proxy:
             headers = provider_headers(provider, request.headers, stream)
             cap.whole("provider_request", f"POST {upstream_url(provider, suffix, query)} HTTP/1.1", headers.items(), body)
         upstream = await self.transport.send(provider, body, request.headers, stream, suffix=suffix, query=query)
-        info["upstream_request_id"] = requestid.upstream_id(upstream.headers)
+        info["upstream_request_id"] = requestid.upstream_id(upstream.headers, provider.protocol)
         if cap is not None and cap.wants("upstream_response"):
             cap.start("upstream_response", capture.status_line(upstream.status, upstream.reason), upstream.headers.items())
             return capture.TeeUpstream(upstream, cap)  # type: ignore[return-value]
@@ -267,6 +267,7 @@ class Proxy:
             continuation_secret=self.config.continuation_secret,
             max_tokens_default=provider.max_tokens_default,
             drop_sampling=provider.drop_sampling,
+            thinking_mode=provider.thinking_mode,
             max_tokens_field=provider.max_tokens_field,
             **caching_context(provider, request.headers, self.config.continuation_secret),
             **model_capabilities(match),
@@ -357,7 +358,7 @@ def _json_response(status: int, data: bytes, upstream_headers, info: dict) -> we
     response = web.Response(status=status, body=data)
     response.headers["Content-Type"] = "application/json"
     response.headers.update(E.preserved_headers(upstream_headers))
-    requestid.stamp(response.headers, info["request_id"])
+    requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
     response.headers.update(info.get("_headers") or {})
     info["status"] = status
     return response
@@ -460,7 +461,7 @@ def _error_response(protocol: str, err: E.ProxyError, info: dict, tables) -> web
     response = web.Response(status=status, body=body)
     for name, value in headers.items():
         response.headers[name] = value
-    requestid.stamp(response.headers, info["request_id"])
+    requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
     info["status"] = status
     info["error"] = err.kind
     return response

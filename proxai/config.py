@@ -79,6 +79,7 @@ class ProviderConfig:
     anthropic_version: str = "2023-06-01"
     auth: str = "x-api-key"
     drop_sampling: bool = False
+    thinking_mode: str = "adaptive"
     max_tokens_field: str = "max_completion_tokens"
     # Cache hints the proxy adds on translated requests: auto | passthrough | off (README "Prompt caching").
     prompt_caching: str = "auto"
@@ -337,7 +338,7 @@ def _build(doc: dict[str, Any]) -> Config:
     )
 
 
-_ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling")
+_ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling", "thinking_mode")
 _CHAT_ONLY = ("max_tokens_field",)
 
 

@@ -29,6 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     kind.add_argument("--stream", action="store_true", help="the file is a recorded SSE stream")
     parser.add_argument("--rules-dir", help="an override rules directory, as `rules_dir` in the config")
     parser.add_argument("--provider-name", default="provider", help="provider name recorded in continuation envelopes")
+    parser.add_argument("--thinking-mode", choices=("adaptive", "budget"), default="adaptive",
+                        help="toward Anthropic: how a reasoning effort asks for thinking, as the provider option")
     parser.add_argument("--client-request", help="(responses/streams) the client's request JSON, for echoed fields and include_usage")
     parser.add_argument("--prompt-caching", choices=("auto", "passthrough", "off"), default="auto",
                         help="the provider's prompt_caching policy (default auto)")
@@ -47,7 +49,7 @@ def run(args: argparse.Namespace, out=None) -> int:
     client_body = json.loads(Path(args.client_request).read_text()) if args.client_request else None
     try:
         result, traces = translate(eng, kind, args.source, args.target, raw, client_body, args.provider_name,
-                                   prompt_caching=args.prompt_caching)
+                                   prompt_caching=args.prompt_caching, thinking_mode=args.thinking_mode)
         out.write(result)
     except (ValueError, UnicodeDecodeError) as err:
         print(f"error: {args.file} is not valid JSON: {err}", file=sys.stderr)
@@ -64,14 +66,14 @@ def run(args: argparse.Namespace, out=None) -> int:
 
 def translate(eng: engine.Engine, kind: str, source: str, target: str, raw: bytes,
               client_body: dict | None = None, provider_name: str = "provider",
-              prompt_caching: str = "auto") -> tuple[str, list[str]]:
+              prompt_caching: str = "auto", thinking_mode: str = "adaptive") -> tuple[str, list[str]]:
     """One payload through the rules: `kind` is request, response or stream; `source` the
     protocol it is written in. Returns the output text and the engine's trace lines.
     Raises ValueError / UnicodeDecodeError (not JSON) or engine.TranslationError."""
     request_side = kind == "request"
     client, provider = (source, target) if request_side else (target, source)
     ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=provider_name,
-                         client_body=client_body, prompt_caching=prompt_caching)
+                         client_body=client_body, prompt_caching=prompt_caching, thinking_mode=thinking_mode)
     if kind == "stream":
         if client == provider:
             return raw.decode("utf-8", "replace"), ctx.traces

@@ -1,7 +1,7 @@
 """Request ids: taken from the client's `x-request-id` when it is safe, else minted.
 
-The id names the request everywhere: the `x-request-id` response header, every
-log line written while the request runs, and its capture file names. So a
+The id names the request everywhere: the `x-proxai-request-id` response header,
+every log line written while the request runs, and its capture file names. So a
 client-supplied id must be short and made of characters that are harmless in a
 file name and a log line; anything else is replaced by a minted id.
 """
@@ -14,10 +14,10 @@ import secrets
 from typing import Mapping, MutableMapping
 
 HEADER = "x-request-id"
-# The provider's own `x-request-id` would collide with ours in the client's
-# response, so it is passed on under this name (Anthropic's `request-id` does not
-# collide and is passed on unchanged).
-UPSTREAM_HEADER = "x-upstream-request-id"
+# Our own id always travels under this name; the header each client SDK reports
+# as `request_id` carries the provider's id, which is what its support asks for.
+PROXY_HEADER = "x-proxai-request-id"
+SDK_HEADERS = {"anthropic_messages": "request-id"}  # OpenAI SDKs read x-request-id
 UPSTREAM_HEADERS = ("x-request-id", "request-id")
 
 MAX_LENGTH = 128
@@ -44,18 +44,27 @@ def from_client(headers: Mapping[str, str]) -> str:
     return mint()
 
 
-def upstream_id(headers: Mapping[str, str]) -> str | None:
-    """The provider's request id (OpenAI `x-request-id`, Anthropic `request-id`), if safe to log."""
-    for name in UPSTREAM_HEADERS:
+def upstream_id(headers: Mapping[str, str], provider_protocol: str | None = None) -> str | None:
+    """The provider's request id (OpenAI `x-request-id`, Anthropic `request-id`; its own
+    protocol's header first), if safe to log."""
+    native = sdk_header(provider_protocol)
+    for name in (native, *(n for n in UPSTREAM_HEADERS if n != native)):
         value = headers.get(name)
         if value:
             return value if _SAFE.fullmatch(value) else None
     return None
 
 
-def stamp(headers: MutableMapping[str, str], request_id: str) -> None:
-    """Set our id on a response; move a provider `x-request-id` already there aside."""
-    theirs = headers.get(HEADER)
-    if theirs is not None and theirs != request_id:
-        headers[UPSTREAM_HEADER] = theirs
-    headers[HEADER] = request_id
+def sdk_header(client_protocol: str | None) -> str:
+    """The response header the client's SDK surfaces as the request id."""
+    return SDK_HEADERS.get(client_protocol or "", HEADER)
+
+
+def stamp(headers: MutableMapping[str, str], request_id: str, client_protocol: str | None = None,
+          upstream: str | None = None) -> None:
+    """Our id under `x-proxai-request-id`; the provider's id (when one answered) under
+    the client SDK's header, beside its original name already passed on; else ours."""
+    headers[PROXY_HEADER] = request_id
+    name = sdk_header(client_protocol)
+    if name not in headers:  # not already the provider's own, passed on by name
+        headers[name] = upstream or request_id

@@ -80,7 +80,8 @@ def test_translated_non_streaming_all_phases(home, harness, start_proxy, mock):
     outbound = read(home, "cap-ns", "outbound_response")
     assert outbound.body == body  # exactly what the client received
     assert json.loads(outbound.body)["object"] == "chat.completion"
-    assert outbound.header("x-request-id") == "cap-ns"
+    assert outbound.header("x-proxai-request-id") == "cap-ns"
+    assert outbound.header("x-request-id") == "req_up_1"  # the provider's id, where the OpenAI SDK reads it
 
     for phase in capture.PHASES:
         raw = (home / "captures" / f"cap-ns.{phase}.http").read_bytes()

@@ -526,9 +526,10 @@ class TestRequestEncode:
     @pytest.mark.parametrize("reasoning,thinking,effort", [
         ({"effort": "none"}, {"type": "disabled"}, None),
         ({"effort": "minimal"}, {"type": "disabled"}, None),
-        ({"effort": "low"}, None, "low"),
-        ({"effort": "xhigh"}, None, "xhigh"),
-        ({"effort": "max"}, None, "max"),
+        # An effort alone must turn thinking on: the API does not think without `thinking` (mappings.md §9).
+        ({"effort": "low"}, {"type": "adaptive"}, "low"),
+        ({"effort": "xhigh"}, {"type": "adaptive"}, "xhigh"),
+        ({"effort": "max"}, {"type": "adaptive"}, "max"),
         ({"effort": "high", "summary": "detailed"}, {"type": "adaptive", "display": "summarized"}, "high"),
         ({"summary": "auto"}, {"type": "adaptive", "display": "summarized"}, None),
         ({"effort": "none", "summary": "auto"}, {"type": "disabled"}, None),
@@ -537,6 +538,27 @@ class TestRequestEncode:
         out, _ = encode(eng, ir_base(reasoning=reasoning))
         assert out.get("thinking") == thinking
         assert (out.get("output_config") or {}).get("effort") == effort
+
+    @pytest.mark.parametrize("reasoning,max_tokens,thinking", [
+        ({"effort": "low"}, None, {"type": "enabled", "budget_tokens": 1024}),
+        ({"effort": "medium"}, None, {"type": "enabled", "budget_tokens": 2048}),
+        ({"effort": "high"}, 32000, {"type": "enabled", "budget_tokens": 8192}),
+        # kept below max_tokens
+        ({"effort": "xhigh"}, 8000, {"type": "enabled", "budget_tokens": 7999}),
+        ({"effort": "max", "summary": "auto"}, 20000, {"type": "enabled", "budget_tokens": 19999, "display": "summarized"}),
+        ({"summary": "auto"}, None, {"type": "enabled", "budget_tokens": 2048, "display": "summarized"}),
+        ({"effort": "minimal"}, None, {"type": "disabled"}),
+    ])
+    def test_budget_thinking_mode(self, eng, reasoning, max_tokens, thinking):
+        extra = {"max_output_tokens": max_tokens} if max_tokens else {}
+        out, _ = encode(eng, ir_base(reasoning=reasoning, **extra), thinking_mode="budget")
+        assert out["thinking"] == thinking
+        assert "effort" not in (out.get("output_config") or {})  # the budget form predates output_config.effort
+
+    def test_budget_that_cannot_fit_is_left_off_with_a_trace(self, eng):
+        out, c = encode(eng, ir_base(reasoning={"effort": "high"}, max_output_tokens=1000), thinking_mode="budget")
+        assert "thinking" not in out
+        assert any("thinking budget" in t for t in c.traces)
 
     @pytest.mark.parametrize("fmt,expected", [
         ({"type": "json_schema", "name": "n", "schema": {"type": "object", "properties": {}}, "strict": True},

@@ -861,8 +861,33 @@ class TestStreamDecode:
         assert events[-1]["type"] == "error" and events[-1]["status"] == 502
         assert st.failed and not st.complete
 
-    def test_done_before_finish_is_an_error(self, eng):
+    def test_done_without_finish_infers_the_stop(self, eng):
+        # Several OpenRouter providers never send finish_reason: the stream is otherwise whole.
         events, st = run_decoder(eng, [FIRST, chunk({"content": "x"}), DONE])
+        assert events[-2:] == [{"type": "block_stop", "index": 0}, {"type": "message_stop", "stop": "end_turn"}]
+        assert st.complete
+        assert any("without finish_reason" in t for t in st.ctx.traces)
+        events, st = run_decoder(eng, [FIRST, tool(0, "call_a", "get", '{"q": 1}'),
+                                       chunk({"content": ""}, usage={"prompt_tokens": 3, "completion_tokens": 4}), DONE])
+        assert events[-1] == {"type": "message_stop", "stop": "tool_use", "usage": {"input_tokens": 3, "output_tokens": 4}}
+
+    def test_done_without_finish_still_checks_tool_arguments(self, eng):
+        events, st = run_decoder(eng, [FIRST, tool(0, "call_a", "get", '{"q": '), DONE])
+        assert events[-1]["type"] == "error" and st.failed and not st.complete
+
+    def test_done_before_any_content_is_an_error(self, eng):
+        for payloads in ([DONE], [FIRST, DONE]):
+            events, st = run_decoder(eng, payloads)
+            assert events[-1]["type"] == "error" and st.failed and not st.complete
+
+    def test_azure_leading_filter_chunk_and_empty_id(self, eng):
+        azure = {"choices": [], "created": 0, "id": "", "model": "", "object": "",
+                 "prompt_filter_results": [{"prompt_index": 0, "content_filter_results": {}}]}
+        events, st = run_decoder(eng, [azure, FIRST, chunk({"content": "x"}), chunk({}, "stop"), DONE])
+        assert events[0] == {"type": "message_start", "id": "chatcmpl-up", "model": "gpt-up", "created": 1700000000}
+        assert st.complete
+        # the integrity check that matters stays: a second real id within one stream
+        events, st = run_decoder(eng, [FIRST, chunk({"content": "x"}, id="chatcmpl-other")])
         assert events[-1]["type"] == "error" and st.failed
 
     def test_kinds_switch_closes_the_open_block(self, eng):

@@ -225,7 +225,7 @@ def test_advisory_paths_trace_nested_fields_by_the_clients_path(tmp_path):
     eng = engine.Engine.load(override_dir=tmp_path)
     codec = eng.codecs[("request.decode", "openai_responses")]
     ctx = engine.Context("openai_responses", "anthropic_messages")
-    body = {"top": 1, "items": [{"hint": "SECRET", "type": "doc", "cfg": {"a": 1}}, {"type": "text", "cfg": {"a": 1}, "hint": None}],
+    body = {"input": "hi", "top": 1, "items": [{"hint": "SECRET", "type": "doc", "cfg": {"a": 1}}, {"type": "text", "cfg": {"a": 1}, "hint": None}],
             "ir": [{"name": "bob", "_path": "input[3]"}]}
     assert codec.apply(body, ctx) == {"ok": "yes"}
     fields = sorted(t.split()[3] for t in ctx.traces)

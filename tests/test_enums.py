@@ -3,7 +3,7 @@ import typing
 
 import pytest
 import yaml
-from anthropic.types import StopReason
+from anthropic.types import OutputConfigParam, StopReason
 from anthropic.types.shared.error_type import ErrorType
 from openai.types.chat.chat_completion import Choice
 from openai.types.responses.response import IncompleteDetails
@@ -28,6 +28,7 @@ def literal_values(tp) -> set:
     ("anthropic_messages.stop_reason", StopReason, set()),
     ("openai_chat_completions.finish_reason", Choice.model_fields["finish_reason"].annotation, set()),
     ("openai.reasoning_effort", ReasoningEffort, set()),
+    ("anthropic_messages.effort", typing.get_type_hints(OutputConfigParam)["effort"], set()),
     # decisions.md #10: 413 uses request_too_large, which the SDK enum lacks.
     ("anthropic_messages.error_type", ErrorType, {"request_too_large"}),
 ])

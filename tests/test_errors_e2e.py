@@ -32,9 +32,10 @@ def assert_filtered(headers) -> None:
     lower = {k.lower(): v for k, v in headers.items()}
     for name in KEPT:
         assert lower[name] == RATE_HEADERS[name], name
-    # x-request-id is the proxy's own id for this request; the provider's rides beside it.
-    assert lower["x-upstream-request-id"] == RATE_HEADERS["x-request-id"]
-    assert lower["x-request-id"] != RATE_HEADERS["x-request-id"]
+    # The provider's ids keep their names (each SDK reads its own); the proxy's id rides beside them.
+    assert lower["x-request-id"] == RATE_HEADERS["x-request-id"]
+    assert lower["x-proxai-request-id"].startswith("req_")
+    assert lower["x-proxai-request-id"] not in (RATE_HEADERS["x-request-id"], RATE_HEADERS["request-id"])
     assert "set-cookie" not in lower and "x-internal-trace" not in lower
     assert lower.get("server", "") != "upstream-secret-server"
     assert lower["content-type"].startswith("application/json")
@@ -114,7 +115,8 @@ def test_upstream_4xx_during_stream_request_is_an_http_error(openai_client, mock
     mock.enqueue(Error(401, headers={"x-request-id": "req_9"}))
     with pytest.raises(openai.AuthenticationError) as exc_info:
         list(openai_client.chat.completions.create(model="m", messages=MESSAGES, stream=True))
-    assert exc_info.value.response.headers["x-upstream-request-id"] == "req_9"
+    assert exc_info.value.request_id == "req_9"
+    assert exc_info.value.response.headers["x-proxai-request-id"].startswith("req_")
 
 
 def test_upstream_unreachable_is_502(start_proxy, harness):

@@ -63,8 +63,9 @@ def test_client_request_id_is_echoed_and_logged(proxy, mock):
                                       {"x-request-id": "client-abc.123_X"})
         line = cap.lines_with("request_id=client-abc.123_X")
     assert status == 200
+    # no provider id came back (the demo upstream sends none): ours stands in the SDK header too
+    assert headers["x-proxai-request-id"] == "client-abc.123_X"
     assert headers["x-request-id"] == "client-abc.123_X"
-    assert "x-proxai-request-id" not in headers
     assert len(line) == 1 and "proxai.request" in line[0]
 
 
@@ -94,6 +95,9 @@ def test_sanitiser_bounds():
     assert requestid.from_client({}).startswith("req_")
     assert requestid.upstream_id({"request-id": "req_011CX"}) == "req_011CX"
     assert requestid.upstream_id({"x-request-id": "bad id\r\n"}) is None
+    both = {"x-request-id": "req_oai", "request-id": "req_ant"}
+    assert requestid.upstream_id(both, "anthropic_messages") == "req_ant"
+    assert requestid.upstream_id(both, "openai_responses") == "req_oai"
 
 
 def test_upstream_request_id_is_logged_and_passed_on_beside_ours(proxy, mock):
@@ -103,8 +107,10 @@ def test_upstream_request_id_is_logged_and_passed_on_beside_ours(proxy, mock):
                                       {"x-request-id": "mine-1"})
         line = summary(cap, "mine-1")
     assert status == 200
-    assert headers["x-request-id"] == "mine-1"
-    assert headers["x-upstream-request-id"] == "req_openai_77"
+    # the provider's id under the header the OpenAI SDK reads; ours under x-proxai-request-id
+    assert headers["x-request-id"] == "req_openai_77"
+    assert headers["x-proxai-request-id"] == "mine-1"
+    assert "x-upstream-request-id" not in headers
     assert line["upstream_request_id"] == "req_openai_77"
 
 
@@ -116,7 +122,8 @@ def test_upstream_error_keeps_both_ids(anthropic_client, mock):
         anthropic_client.messages.create(model="anthropic/c", max_tokens=5, messages=MESSAGES,
                                          extra_headers={"x-request-id": "mine-2"})
     headers = info.value.response.headers
-    assert headers["x-request-id"] == "mine-2" and headers["request-id"] == "req_ant_5"
+    assert info.value.request_id == "req_ant_5" and headers["request-id"] == "req_ant_5"
+    assert headers["x-proxai-request-id"] == "mine-2"
     line = summary(cap, "mine-2")
     assert line["upstream_request_id"] == "req_ant_5" and line["status"] == 429 and line["error"] == "upstream_error"
 

@@ -134,3 +134,11 @@ def test_console_entry_point(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["system"] and out["max_tokens"] == 100 and out["tools"][0]["input_schema"]["properties"]["city"]
+
+
+def test_thinking_mode_shows_either_form(capsys, tmp_path):
+    data = {"model": "m", "messages": [{"role": "user", "content": "x"}], "reasoning_effort": "high", "max_tokens": 20000}
+    code, out, _ = translate(capsys, tmp_path, "--from", CHAT, "--to", ANTHROPIC, data=data)
+    assert code == 0 and json.loads(out)["thinking"] == {"type": "adaptive"}
+    code, out, _ = translate(capsys, tmp_path, "--from", CHAT, "--to", ANTHROPIC, "--thinking-mode", "budget", data=data)
+    assert code == 0 and json.loads(out)["thinking"] == {"type": "enabled", "budget_tokens": 8192}

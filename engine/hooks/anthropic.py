@@ -61,6 +61,24 @@ def tool_allowed(scope, allowed=None, name=None):
     return allowed is None or name in allowed
 
 
+# Anthropic's smallest thinking budget.
+MIN_THINKING_BUDGET = 1024
+
+
+def thinking_budget(scope, budget=None, max_tokens=None):
+    """An effort's thinking budget, kept below max_tokens (Anthropic requires it);
+    None, with a trace, when not even the minimum budget fits."""
+    if not isinstance(budget, int):
+        return None
+    if isinstance(max_tokens, int) and budget >= max_tokens:
+        budget = max_tokens - 1
+    if budget < MIN_THINKING_BUDGET:
+        if scope.ctx is not None:
+            scope.ctx.trace(f"reasoning effort dropped: max_tokens leaves no room for a {MIN_THINKING_BUDGET}-token thinking budget")
+        return None
+    return budget
+
+
 def pdf_data(scope):
     """The base64 data of an IR document part bound for a PDF source: a PDF data
     URL, or raw base64 marked as PDF by media type or a ``.pdf`` filename
@@ -212,6 +230,7 @@ HOOKS = {
     "anthropic.merge_turns": merge_turns,
     "anthropic.tool_allowed": tool_allowed,
     "anthropic.pdf_data": pdf_data,
+    "anthropic.thinking_budget": thinking_budget,
     "anthropic.reject": reject,
     "anthropic.fail": fail,
     "anthropic.annotations_to_citations": annotations_to_citations,

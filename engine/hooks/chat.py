@@ -30,14 +30,22 @@ def split(scope):
     choices = chunk.get("choices") or []
     if not isinstance(choices, list) or len(choices) > 1:
         raise UpstreamProtocolError("upstream chunk carries more than one choice")
-    if state.get("id") is not None and chunk.get("id") not in (None, state["id"]):
-        raise UpstreamProtocolError("upstream chunk id changed within the stream")
+    usage = chunk.get("usage") or None
+    if not choices and not usage:
+        # Nothing for the client: Azure's leading prompt_filter_results chunk (empty id,
+        # model and created) and similar annotations. The stream starts at the next one.
+        return []
+    chunk_id = chunk.get("id") or None  # "" is no id (Azure)
+    if chunk_id is not None:
+        if state.get("id") is None:
+            state["id"] = chunk_id
+        elif chunk_id != state["id"]:
+            raise UpstreamProtocolError("upstream chunk id changed within the stream")
     out = []
     if not state.get("started"):
-        out.append({"type": "first", "id": chunk.get("id"), "model": chunk.get("model"), "created": chunk.get("created")})
+        out.append({"type": "first", "id": chunk_id, "model": chunk.get("model") or None, "created": chunk.get("created") or None})
     if not choices:
-        if chunk.get("usage"):
-            out.append({"type": "usage", "usage": chunk["usage"]})
+        out.append({"type": "usage", "usage": usage})
         return out
     choice = choices[0]
     if (choice.get("index") or 0) != 0:
@@ -59,7 +67,10 @@ def split(scope):
     if finish is not None:
         if state.get("stop") is not None:
             raise UpstreamProtocolError("upstream sent finish_reason twice")
-        out.append({"type": "finish", "finish_reason": finish, "usage": chunk.get("usage") or None})
+        out.append({"type": "finish", "finish_reason": finish, "usage": usage})
+    elif usage:
+        # OpenRouter: the final usage on a chunk that still has a (empty) choice.
+        out.append({"type": "usage", "usage": usage})
     return out
 
 
