@@ -26,8 +26,22 @@ if str(TESTS) not in sys.path:
 from harness import Harness, ProxyHandle  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _proxai_home(tmp_path_factory):
+    """Proxies started by tests keep their files (the state database) in a temporary home."""
+    import os
+
+    previous = os.environ.get("PROXAI_HOME")
+    os.environ["PROXAI_HOME"] = str(tmp_path_factory.mktemp("proxai-home"))
+    yield
+    if previous is None:
+        os.environ.pop("PROXAI_HOME", None)
+    else:
+        os.environ["PROXAI_HOME"] = previous
+
+
 @pytest.fixture(scope="session")
-def harness():
+def harness(_proxai_home):
     h = Harness.start()
     yield h
     h.stop()
