@@ -92,3 +92,19 @@ def anthropic_client(proxy: ProxyHandle):
     client = proxy.anthropic()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server for the state tests; skipped (with the reason) when not installed."""
+    from redis_server import RedisServer
+
+    if RedisServer.available() is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server; .ci/run installs it)")
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        pytest.skip("the redis Python package is not installed (pip install -e '.[test]')")
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()

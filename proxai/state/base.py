@@ -101,7 +101,7 @@ class StateStore:
         if len(data) > self.max_record_bytes:
             self._observe("put", "too_large", 0.0)
             raise RecordTooLarge(len(data), self.max_record_bytes)
-        await self._timed("put", self._put(record, data))
+        await self._timed("put", self._put(record, data), misses=False)
 
     async def get(self, tenant: str, response_id: str) -> ResponseRecord | None:
         record = await self._timed("get", self._get(tenant, response_id))
@@ -126,7 +126,7 @@ class StateStore:
 
     async def sweep(self) -> int:
         """Remove expired records and keys; returns how many went."""
-        return await self._timed("sweep", self._sweep())
+        return await self._timed("sweep", self._sweep(), misses=False)
 
     # --- key-value with TTL ---
 
@@ -151,7 +151,7 @@ class StateStore:
 
     # --- helpers ---
 
-    async def _timed(self, op: str, coro):
+    async def _timed(self, op: str, coro, misses: bool = True):
         started = time.perf_counter()
         try:
             result = await coro
@@ -164,9 +164,7 @@ class StateStore:
         except Exception as exc:
             self._observe(op, "error", time.perf_counter() - started)
             raise StateError(f"the {self.name} state backend failed ({type(exc).__name__})") from exc
-        outcome = "ok"
-        if result is None or result is False:
-            outcome = "miss"
+        outcome = "miss" if misses and (result is None or result is False) else "ok"
         self._observe(op, outcome, time.perf_counter() - started)
         return result
 
