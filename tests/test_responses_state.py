@@ -250,12 +250,13 @@ def test_chain_depth_limit_is_a_clear_400(harness, start_proxy, mock, tmp_path):
     config = default_config(harness.mock_url)
     config["state"] = {"backend": "sqlite", "url": str(tmp_path / "s.db"), "max_chain_depth": 2}
     c = start_proxy(config).openai()
-    mock.enqueue(Turn([Text("a")]), Turn([Text("b")]))
+    mock.enqueue(Turn([Text("a")]), Turn([Text("b")]), Turn([Text("c")]))
     r1 = c.responses.create(model=model(C), input="1")
-    r2 = c.responses.create(model=model(C), input="2", previous_response_id=r1.id)
+    r2 = c.responses.create(model=model(C), input="2", previous_response_id=r1.id)  # 1 response behind it
+    r3 = c.responses.create(model=model(C), input="3", previous_response_id=r2.id)  # 2 behind it: the limit
     n = len(mock.requests)
     with pytest.raises(openai.BadRequestError) as err:
-        c.responses.create(model=model(C), input="3", previous_response_id=r2.id)
+        c.responses.create(model=model(C), input="4", previous_response_id=r3.id)
     assert err.value.body["param"] == "previous_response_id"
     assert "state.max_chain_depth (2" in err.value.body["message"]
     assert len(mock.requests) == n
