@@ -97,7 +97,7 @@ def anthropic_client(proxy: ProxyHandle):
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory):
     """A real redis-server for the state tests; skipped (with the reason) when not installed."""
-    from redis_server import RedisServer
+    from bench.redis_server import RedisServer
 
     if RedisServer.available() is None:
         pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server; .ci/run installs it)")

@@ -19,7 +19,7 @@ import yaml
 
 from harness import default_config
 from proxai.mock import Text, ToolCall, Turn
-from redis_server import free_port
+from bench.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

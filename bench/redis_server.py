@@ -1,4 +1,4 @@
-"""A real redis-server process for tests and benchmarks (Debian package redis-server)."""
+"""A real redis-server process for the state benchmark and tests (Debian package redis-server)."""
 
 from __future__ import annotations
 
