@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif backend == "sqlite":
                     url = str(work / f"state-{backend}.db")
                 print(f"bench.state: {backend} end to end", file=sys.stderr)
-                wd = work / backend
+                wd = work / f"proxy-{backend}"
                 wd.mkdir()
                 proxy = Proxy(upstream.url, wd, log_level="warning", state={"backend": backend, **({"url": url} if url else {})})
                 try:

@@ -141,18 +141,20 @@ class ResponsesState:
         tenant = self.tenant(request)
         new_items = _input_items(body.get("input"))
         parent_id = body.get("previous_response_id")
+        chain_ids: set = set()
         if parent_id is not None:
             if not isinstance(parent_id, str) or not parent_id:
                 raise E.InvalidRequest("previous_response_id must be a non-empty string", param="previous_response_id")
             chain = await self._chain(tenant, parent_id)
             history: list = []
             for record in chain:
+                chain_ids.add(record.id)
                 history.extend(record.input_items)
                 history.extend(record.output_items)
             body["input"] = history + copy.deepcopy(new_items)
             del body["previous_response_id"]
         store = body.get("store") is not False
-        turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store)
+        turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store, chain_ids)
         if store:
             size = len(orjson.dumps(new_items))
             if size > self.store.max_record_bytes:
@@ -234,7 +236,7 @@ class Turn:
     """One stateful POST: patches the client's response and writes the record before it goes out."""
 
     def __init__(self, state: ResponsesState, tenant: str, parent_id: str | None, provider: str,
-                 model: Any, input_items: list, store: bool):
+                 model: Any, input_items: list, store: bool, chain_ids: set):
         self.state = state
         self.tenant = tenant
         self.parent_id = parent_id
@@ -242,6 +244,7 @@ class Turn:
         self.model = model if isinstance(model, str) else ""
         self.input_items = input_items
         self.store = store
+        self.chain_ids = chain_ids
         self.committed = False
 
     def patch(self, response: dict) -> dict:
@@ -250,16 +253,35 @@ class Turn:
         response["store"] = self.store
         return response
 
-    async def commit(self, response: dict) -> None:
-        """Write the record (a no-op with store false, or for a response that did not complete)."""
+    async def claim_id(self, response_id: str) -> str:
+        """The id a streamed response will be stored under, decided before the client sees it:
+        the derived one unless a stored record (or this conversation) already has it."""
+        if not self.store:
+            return response_id
+        if response_id == self.parent_id or response_id in self.chain_ids:
+            return _remint(response_id)
+        try:
+            taken = await self.state.store.get(self.tenant, response_id) is not None
+        except StateError as exc:
+            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        return _remint(response_id) if taken else response_id
+
+    async def commit(self, response: dict, *, claimed: bool = False) -> None:
+        """Write the record (a no-op with store false, or for a response that did not complete).
+        An id that is taken already gets a suffix (some providers repeat ids), unless the stream
+        already `claimed` it."""
         if not self.store or self.committed or response.get("status") not in _STORED_STATUSES:
             return
+        if not claimed and (response["id"] == self.parent_id or response["id"] in self.chain_ids):
+            response["id"] = _remint(response["id"])
         record = ResponseRecord(
             id=response["id"], tenant=self.tenant, parent_id=self.parent_id, client_protocol=RESPONSES,
             provider=self.provider, model=self.model, input_items=self.input_items, response=response,
         )
         try:
-            await self.state.store.put(record)
+            if not await self.state.store.put(record, only_if_absent=not claimed):
+                record.id = response["id"] = _remint(response["id"])
+                await self.state.store.put(record, only_if_absent=True)
         except RecordTooLarge as exc:
             raise E.ProxyError(f"the response could not be stored: {exc}; resend with store: false, or raise the limit",
                                status=500, code="server_error") from None
@@ -285,11 +307,15 @@ class _StreamTee:
         self._turn = turn
         self._seq = -1
         self._snapshot: dict | None = None
+        self._id: str | None = None  # the claimed response id, once response.created went by
+        self._dead = False  # the stream ended with a state error: nothing more goes out
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
     async def write(self, data: bytes) -> None:
+        if self._dead:
+            return
         if b"event: response." not in data:
             self._track(data)
             await self._inner.write(data)
@@ -302,17 +328,29 @@ class _StreamTee:
             if payload is not None and isinstance(payload.get("sequence_number"), int):
                 self._seq = max(self._seq, payload["sequence_number"])
             if name in _SNAPSHOT_EVENTS and payload is not None and isinstance(payload.get("response"), dict):
-                self._snapshot = self._turn.patch(payload["response"])
+                snapshot = payload["response"]
+                if self._id is None and isinstance(snapshot.get("id"), str):
+                    try:
+                        self._id = await self._turn.claim_id(snapshot["id"])
+                    except E.ProxyError as err:
+                        await self._inner.write(b"".join(out) + E.render_stream(
+                            RESPONSES, err, sequence_number=self._seq, response=snapshot))
+                        self._dead = True
+                        return
+                if self._id is not None:
+                    snapshot["id"] = self._id
+                self._snapshot = self._turn.patch(snapshot)
                 if name in _STORED_TERMINALS:
                     if out:
                         await self._inner.write(b"".join(out))
                         out = []
                     try:
-                        await self._turn.commit(payload["response"])
+                        await self._turn.commit(payload["response"], claimed=True)
                     except E.ProxyError as err:
                         log.error("state: %s", err.message)
                         failed = dict(self._snapshot)
                         await self._inner.write(E.render_stream(RESPONSES, err, sequence_number=self._seq, response=failed))
+                        self._dead = True
                         return
                 frame = b"event: " + name + b"\ndata: " + orjson.dumps(payload)
             out.append(frame + b"\n\n")
@@ -325,6 +363,10 @@ class _StreamTee:
             digits = data[i + 18:i + 30].split(b",")[0].split(b"}")[0].strip()
             if digits.isdigit():
                 self._seq = max(self._seq, int(digits))
+
+
+def _remint(response_id: str) -> str:
+    return f"{response_id}_{uuid.uuid4().hex[:16]}"
 
 
 def _frame(frame: bytes) -> tuple[bytes | None, dict | None]:

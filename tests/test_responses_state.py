@@ -373,3 +373,18 @@ def test_input_items_are_the_turns_own_items(client, mock):
     assert [i.content[0].text for i in page.data] == ["two"]
     raw = json.loads(client.responses.with_raw_response.retrieve(r2.id).text)
     assert raw["previous_response_id"] == r1.id and raw["id"] == r2.id
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_provider_that_repeats_ids_still_gets_distinct_stored_responses(client, mock, stream):
+    mock.enqueue(Turn([Text("one")], id="msg_same"), Turn([Text("two")], id="msg_same"), Turn([Text("three")], id="msg_same"))
+    r1 = create(client, stream, model=model(A), input="1")
+    r2 = create(client, stream, model=model(A), input="2", previous_response_id=r1.id)
+    r3 = create(client, stream, model=model(A), input="3", previous_response_id=r2.id)
+    assert r1.id == "resp_msg_same"  # derived from the upstream id while it is free
+    assert len({r1.id, r2.id, r3.id}) == 3 and r2.id.startswith("resp_msg_same_")
+    mock.enqueue(Turn([Text("four")]))
+    create(client, stream, model=model(A), input="4", previous_response_id=r3.id)
+    assert [t for t in texts(sent(mock)["messages"])] == [
+        ("user", "1"), ("assistant", "one"), ("user", "2"), ("assistant", "two"), ("user", "3"), ("assistant", "three"), ("user", "4")]
+    assert client.responses.retrieve(r2.id).output_text == "two"

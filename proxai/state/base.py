@@ -94,14 +94,15 @@ class StateStore:
 
     # --- records ---
 
-    async def put(self, record: ResponseRecord) -> None:
+    async def put(self, record: ResponseRecord, *, only_if_absent: bool = False) -> bool:
+        """Write a record; with only_if_absent, not over an existing one (False then)."""
         if record.expires_at is None and self.ttl_secs:
             record.expires_at = record.created_at + self.ttl_secs
         data = record.dumps()
         if len(data) > self.max_record_bytes:
             self._observe("put", "too_large", 0.0)
             raise RecordTooLarge(len(data), self.max_record_bytes)
-        await self._timed("put", self._put(record, data), misses=False)
+        return await self._timed("put", self._put(record, data, only_if_absent), misses=only_if_absent)
 
     async def get(self, tenant: str, response_id: str) -> ResponseRecord | None:
         record = await self._timed("get", self._get(tenant, response_id))
@@ -178,7 +179,7 @@ class StateStore:
 
     # --- backend methods ---
 
-    async def _put(self, record: ResponseRecord, data: bytes) -> None:
+    async def _put(self, record: ResponseRecord, data: bytes, only_if_absent: bool) -> bool:
         raise NotImplementedError
 
     async def _get(self, tenant: str, response_id: str) -> ResponseRecord | None:

@@ -15,8 +15,12 @@ class MemoryStore(StateStore):
         self._records: dict[tuple[str, str], bytes] = {}
         self._kv: dict[str, tuple[bytes, float | None]] = {}
 
-    async def _put(self, record: ResponseRecord, data: bytes) -> None:
-        self._records[(record.tenant, record.id)] = data
+    async def _put(self, record: ResponseRecord, data: bytes, only_if_absent: bool) -> bool:
+        key = (record.tenant, record.id)
+        if only_if_absent and key in self._records:
+            return False
+        self._records[key] = data
+        return True
 
     async def _get(self, tenant: str, response_id: str) -> ResponseRecord | None:
         data = self._records.get((tenant, response_id))

@@ -24,6 +24,15 @@ end
 return out
 """
 
+# KEYS[1]: the record; ARGV: data, parent id, expiry (unix ms, 0: none), only-if-absent flag.
+_PUT = """
+if ARGV[4] == "1" and redis.call("EXISTS", KEYS[1]) == 1 then return 0 end
+redis.call("DEL", KEYS[1])
+redis.call("HSET", KEYS[1], "data", ARGV[1], "parent", ARGV[2])
+if tonumber(ARGV[3]) > 0 then redis.call("PEXPIREAT", KEYS[1], ARGV[3]) end
+return 1
+"""
+
 _INCR = """
 local existed = redis.call("EXISTS", KEYS[1])
 local v = redis.call("INCRBY", KEYS[1], ARGV[1])
@@ -58,6 +67,7 @@ class RedisStore(StateStore):
             raise StateError("state.backend redis needs the redis package: pip install 'proxai[redis]'") from None
         self._redis = aioredis.from_url(self.url, socket_connect_timeout=5, socket_timeout=10, health_check_interval=30)
         self._chain_script = self._redis.register_script(_CHAIN)
+        self._put_script = self._redis.register_script(_PUT)
         self._incr_script = self._redis.register_script(_INCR)
         self._cas_script = self._redis.register_script(_CAS)
         try:
@@ -83,14 +93,10 @@ class RedisStore(StateStore):
     def _ms(ttl_secs: float | None) -> int:
         return max(1, int(ttl_secs * 1000)) if ttl_secs else 0
 
-    async def _put(self, record: ResponseRecord, data: bytes) -> None:
+    async def _put(self, record: ResponseRecord, data: bytes, only_if_absent: bool) -> bool:
         key = self._rkey(record.tenant, record.id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.hset(key, mapping={"data": data, "parent": record.parent_id or ""})
-            if record.expires_at is not None:
-                pipe.pexpireat(key, int(record.expires_at * 1000))
-            await pipe.execute()
+        expires = int(record.expires_at * 1000) if record.expires_at is not None else 0
+        return bool(await self._put_script(keys=[key], args=[data, record.parent_id or "", expires, int(only_if_absent)]))
 
     async def _get(self, tenant: str, response_id: str) -> ResponseRecord | None:
         data = await self._redis.hget(self._rkey(tenant, response_id), "data")

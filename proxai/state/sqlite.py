@@ -107,14 +107,16 @@ class SqliteStore(StateStore):
 
     # --- records ---
 
-    async def _put(self, record: ResponseRecord, data: bytes) -> None:
-        def put():
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses (tenant, id, parent_id, created_at, expires_at, data) VALUES (?, ?, ?, ?, ?, ?)",
-                (record.tenant, record.id, record.parent_id, record.created_at, record.expires_at, data),
-            )
+    async def _put(self, record: ResponseRecord, data: bytes, only_if_absent: bool) -> bool:
+        verb = "INSERT OR IGNORE" if only_if_absent else "INSERT OR REPLACE"
 
-        await self._run(put)
+        def put():
+            return self._db.execute(
+                f"{verb} INTO responses (tenant, id, parent_id, created_at, expires_at, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (record.tenant, record.id, record.parent_id, record.created_at, record.expires_at, data),
+            ).rowcount > 0
+
+        return await self._run(put)
 
     def _select(self, tenant: str, response_id: str) -> ResponseRecord | None:
         row = self._db.execute("SELECT data FROM responses WHERE tenant = ? AND id = ?", (tenant, response_id)).fetchone()
