@@ -388,3 +388,22 @@ def test_a_provider_that_repeats_ids_still_gets_distinct_stored_responses(client
     assert [t for t in texts(sent(mock)["messages"])] == [
         ("user", "1"), ("assistant", "one"), ("user", "2"), ("assistant", "two"), ("user", "3"), ("assistant", "three"), ("user", "4")]
     assert client.responses.retrieve(r2.id).output_text == "two"
+
+
+def test_stateful_turns_log_no_prompt_or_answer_text(client, mock):
+    import logging
+
+    from test_observability import LogCapture
+
+    prompt, answer = "PROMPT-state-zanzibar-1187", "ANSWER-state-quokka-5521"
+    with LogCapture("json", level=logging.DEBUG) as cap:
+        mock.enqueue(Turn([Text(answer)]), Turn([Text(answer)]))
+        r1 = client.responses.create(model=model(A), input=prompt)
+        r2 = create(client, True, model=model(C), input=prompt, previous_response_id=r1.id)
+        client.responses.retrieve(r2.id)
+        client.responses.input_items.list(r2.id)
+        with pytest.raises(openai.BadRequestError):
+            client.responses.create(model=model(C), input=prompt, previous_response_id="resp_" + prompt)
+    assert "/v1/responses" in cap.text  # the requests were logged
+    assert answer not in cap.text
+    assert cap.text.count(prompt) == 0
