@@ -440,16 +440,20 @@ def _json(status: int, body: Any) -> web.Response:
 
 
 def add_routes(app: web.Application, proxy) -> None:
-    """GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items; with the
-    state off they answer 404 like any unknown path."""
+    """GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items. An id the
+    proxy did not store goes to the default Responses provider, when there is one (the
+    provider holds the state of passed-through responses); otherwise 404."""
 
     def handler(name: str):
         async def handle(request: web.Request) -> web.StreamResponse:
             proxy._authorize(request)
             state = proxy.state
-            if state is None:
-                raise E.NotFound(f"no endpoint at {request.path}: state.backend is none, responses are not stored")
-            response = await getattr(state, name)(request)
+            try:
+                if state is None:
+                    raise E.NotFound(f"no endpoint at {request.path}: state.backend is none, responses are not stored")
+                response = await getattr(state, name)(request)
+            except E.NotFound as missing:
+                response = await _forward(proxy, request, missing)
             requestid.stamp(response.headers, requestid.current.get())
             return response
 
@@ -460,4 +464,33 @@ def add_routes(app: web.Application, proxy) -> None:
     app.router.add_get("/v1/responses/{response_id}/input_items", handler("input_items"))
 
 
+async def _forward(proxy, request: web.Request, missing: E.NotFound) -> web.Response:
+    import aiohttp
 
+    from proxai.transport import provider_headers, read_body
+
+    name = proxy.config.default_providers.get(RESPONSES)
+    provider = proxy.config.providers.get(name) if name else None
+    if provider is None or provider.protocol != RESPONSES:
+        raise missing
+    url = provider.base_url.rstrip("/") + request.path.removeprefix("/v1")
+    headers = provider_headers(provider, request.headers, False)
+    headers.pop("Content-Type", None)
+    idle = provider.read_idle_timeout_secs
+    try:
+        upstream = await proxy.transport.session.request(
+            request.method, url, params=request.query, headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle))
+    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+        raise E.UpstreamTimeout(f"provider {provider.name!r} sent nothing for {idle:g}s") from None
+    except aiohttp.ClientError as exc:
+        raise E.UpstreamUnreachable(f"cannot reach provider {provider.name!r} ({type(exc).__name__})") from None
+    try:
+        await proxy._raise_for_status(upstream, provider)
+        data = await read_body(upstream, provider)
+    finally:
+        upstream.release()
+    response = web.Response(status=upstream.status, body=data)
+    response.headers["Content-Type"] = upstream.headers.get("Content-Type", "application/json")
+    response.headers.update(E.preserved_headers(upstream.headers))
+    return response

@@ -13,7 +13,7 @@ import urllib.request
 import openai
 import pytest
 
-from harness import default_config
+from harness import PROVIDER_KEYS, default_config
 from proxai.mock import Reasoning, RedactedReasoning, Text, ToolCall, Turn, Usage
 
 A, C = "anthropic", "chat"
@@ -44,9 +44,11 @@ def state_section(request, backend, tmp_path):
 
 @pytest.fixture
 def stateful(harness, start_proxy, state_section):
-    """A proxy with the backend under test; returns (proxy, config)."""
+    """A proxy with the backend under test. No default Responses provider, so an id the
+    proxy did not store is its own 404 (not forwarded)."""
     config = default_config(harness.mock_url)
     config["state"] = dict(state_section)
+    del config["routing"]["default_providers"]["openai_responses"]
     return start_proxy(config)
 
 
@@ -292,7 +294,7 @@ def test_expired_records_are_gone(harness, start_proxy, mock, tmp_path):
     assert harness.loop.run(store.sweep()) == 1  # the sweep removes it from the file
 
 
-def test_backend_none_keeps_the_stateless_400_and_has_no_endpoints(harness, start_proxy, mock):
+def test_backend_none_keeps_the_stateless_400_and_stores_nothing(harness, start_proxy, mock):
     config = default_config(harness.mock_url)
     config["state"] = {"backend": "none"}
     p = start_proxy(config)
@@ -300,20 +302,39 @@ def test_backend_none_keeps_the_stateless_400_and_has_no_endpoints(harness, star
     with pytest.raises(openai.BadRequestError) as err:
         c.responses.create(model=model(A), input="hi", previous_response_id="resp_1")
     assert err.value.body["param"] == "previous_response_id" and "stateless" in err.value.body["message"]
-    with pytest.raises(openai.NotFoundError):
-        c.responses.retrieve("resp_1")
     assert mock.requests == []
+    with pytest.raises(openai.NotFoundError):  # nothing stored: only the Responses provider could know it
+        c.responses.retrieve("resp_1")
+    assert [(r.method, r.path) for r in mock.requests] == [("GET", "/v1/responses/resp_1")]
 
 
-def test_passthrough_to_a_responses_provider_forwards_state_untouched(client, stateful, mock):
+def test_passthrough_to_a_responses_provider_forwards_state_untouched(harness, start_proxy, state_section, mock):
+    config = default_config(harness.mock_url)  # openai_responses defaults to the Responses provider
+    config["state"] = dict(state_section)
+    client = start_proxy(config).openai()
     mock.enqueue(Turn([Text("from upstream")]))
     r = client.responses.create(model="responses/up-model", input="hi", previous_response_id="resp_upstream_1", store=True)
     assert r.output_text == "from upstream"
     body = sent(mock)
     assert body["previous_response_id"] == "resp_upstream_1" and body["store"] is True
     assert body["input"] == "hi"
-    with pytest.raises(openai.NotFoundError):  # the provider holds that state, not the proxy
-        client.responses.retrieve(r.id)
+    # The provider holds that state, not the proxy: reads of ids it did not store go there.
+    with pytest.raises(openai.NotFoundError):  # (the mock stores nothing and answers 404)
+        client.responses.retrieve(r.id, include=["reasoning.encrypted_content"])
+    got = mock.requests[-1]
+    assert (got.method, got.path) == ("GET", f"/v1/responses/{r.id}")
+    assert got.headers["authorization"] == "Bearer " + PROVIDER_KEYS["responses"]  # never the client's key
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(r.id)
+    assert (mock.requests[-1].method, mock.requests[-1].path) == ("DELETE", f"/v1/responses/{r.id}")
+    with pytest.raises(openai.NotFoundError):
+        client.responses.input_items.list(r.id, limit=5)
+    assert mock.requests[-1].path == f"/v1/responses/{r.id}/input_items"
+    # A stored (translated) response is answered by the proxy, the provider not asked.
+    mock.enqueue(Turn([Text("local")]))
+    local = client.responses.create(model=model(C), input="hi")
+    n = len(mock.requests)
+    assert client.responses.retrieve(local.id).output_text == "local" and len(mock.requests) == n
 
 
 def test_state_metrics(client, stateful, mock, backend):
