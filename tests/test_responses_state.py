@@ -428,3 +428,56 @@ def test_stateful_turns_log_no_prompt_or_answer_text(client, mock):
     assert "/v1/responses" in cap.text  # the requests were logged
     assert answer not in cap.text
     assert cap.text.count(prompt) == 0
+
+
+def test_a_response_too_large_to_store_is_an_error_not_an_unresolvable_answer(harness, start_proxy, mock):
+    config = default_config(harness.mock_url)
+    config["state"] = {"backend": "memory", "max_record_bytes": 2048}
+    c = start_proxy(config).openai()
+    mock.enqueue(Turn([Text("x" * 3000)]))
+    with pytest.raises(openai.InternalServerError) as err:
+        c.responses.create(model=model(C), input="hi")
+    assert "state.max_record_bytes (2048)" in err.value.body["message"]
+    mock.enqueue(Turn([Text("x" * 3000, chunks=["x" * 1500, "x" * 1500])]))
+    with c.responses.create(model=model(A), input="hi", stream=True) as events:
+        kinds = []
+        try:
+            for event in events:
+                kinds.append(event.type)
+        except openai.APIError as exc:  # the SDK raises on the `error` event
+            kinds.append("error")
+            assert "state.max_record_bytes (2048)" in str(exc)
+    assert "response.completed" not in kinds and kinds[-1] in ("error", "response.failed")
+    assert kinds[0] == "response.created"
+
+
+def test_redis_going_away_is_a_clear_503(harness, start_proxy, mock, tmp_path, redis_server):
+    from bench.redis_server import RedisServer
+
+    own = RedisServer(tmp_path / "redis").start()
+    config = default_config(harness.mock_url)
+    config["state"] = {"backend": "redis", "url": own.url}
+    c = start_proxy(config).openai()
+    mock.enqueue(Turn([Text("stored")]))
+    r = c.responses.create(model=model(C), input="hi")
+    own.stop()
+    n = len(mock.requests)
+    with pytest.raises(openai.APIStatusError) as err:
+        c.responses.create(model=model(C), input="more", previous_response_id=r.id)
+    assert err.value.status_code == 503 and "state store is unavailable" in err.value.body["message"]
+    assert len(mock.requests) == n
+    with pytest.raises(openai.APIStatusError) as err:
+        c.responses.retrieve(r.id)
+    assert err.value.status_code == 503
+
+
+def test_demo_mode_keeps_state_in_memory(harness):
+    p = harness.start_demo()
+    try:
+        c = p.openai()
+        r1 = c.responses.create(model="chat/demo", input="hello")
+        r2 = c.responses.create(model="anthropic/demo", input="again", previous_response_id=r1.id)
+        assert c.responses.retrieve(r2.id).previous_response_id == r1.id
+        assert p.proxy.state.store.name == "memory"
+    finally:
+        p.stop()
