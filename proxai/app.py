@@ -70,9 +70,9 @@ class Proxy:
     # --- lifecycle ---------------------------------------------------------------
 
     async def on_startup(self, app: web.Application) -> None:
-        await self.transport.start()
         if self.state is not None:
-            await self.state.start()
+            await self.state.start()  # first: a store that cannot open stops startup (StateError)
+        await self.transport.start()
         if self.demo:
             await self._start_demo_upstreams()
 

@@ -173,8 +173,14 @@ def _run(coro) -> int:
 async def _serve(app, host: str, port: int, config_file: str | None, reuse_port: bool = False) -> int:
     from proxai.app import PROXY_KEY, make_runner
 
+    from proxai.state import StateError
+
     runner = make_runner(app)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except StateError as exc:
+        print(f"proxai: the state store cannot open: {exc}", file=sys.stderr)
+        return 1
     try:
         from aiohttp import web
 

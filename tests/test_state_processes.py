@@ -150,3 +150,18 @@ def test_two_instances_share_conversations_over_one_redis(harness, mock, tmp_pat
     assert one.client().responses.delete(r2.id) is None
     with pytest.raises(openai.NotFoundError):
         two.client().responses.retrieve(r2.id)
+
+
+@pytest.mark.parametrize("state, message", [
+    ({"backend": "redis", "url": "redis://127.0.0.1:1/0"}, "cannot reach the redis state backend"),
+    ({"backend": "sqlite", "url": "/proc/no-such-dir/state.db"}, "cannot open the sqlite state file"),
+])
+def test_a_store_that_cannot_open_stops_startup_with_a_clear_message(tmp_path, state, message):
+    config = {"providers": {"c": {"protocol": "openai_chat_completions", "base_url": "http://127.0.0.1:9/v1", "api_key": "k"}},
+              "state": state, "server": {"port": free_port()}}
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run([sys.executable, str(ROOT / "server.py"), "--config", str(path)], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PROXAI_HOME": str(tmp_path)})
+    assert done.returncode == 1
+    assert message in done.stderr and "Traceback" not in done.stderr

@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from proxai.state.base import ChainTooDeep, ResponseRecord, StateStore
+from proxai.state.base import ChainTooDeep, ResponseRecord, StateError, StateStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -59,7 +59,12 @@ class SqliteStore(StateStore):
 
     async def open(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="proxai-state")
-        await self._run(self._connect)
+        try:
+            await self._run(self._connect)
+        except (OSError, sqlite3.Error) as exc:
+            self._executor.shutdown(wait=False)
+            self._executor = None
+            raise StateError(f"cannot open the sqlite state file {self.path}: {exc}") from None
 
     async def close(self) -> None:
         if self._executor is None:
