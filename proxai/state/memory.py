@@ -12,26 +12,26 @@ class MemoryStore(StateStore):
 
     def __init__(self, **limits):
         super().__init__(**limits)
-        self._records: dict[tuple[str, str], bytes] = {}
+        self._records: dict[tuple[str, str], tuple[bytes, float | None]] = {}  # (tenant, id) -> (record, expiry)
         self._kv: dict[str, tuple[bytes, float | None]] = {}
 
     async def _put(self, record: ResponseRecord, data: bytes, only_if_absent: bool) -> bool:
         key = (record.tenant, record.id)
         if only_if_absent and key in self._records:
             return False
-        self._records[key] = data
+        self._records[key] = (data, record.expires_at)
         return True
 
     async def _get(self, tenant: str, response_id: str) -> ResponseRecord | None:
-        data = self._records.get((tenant, response_id))
-        return ResponseRecord.loads(data) if data is not None else None
+        entry = self._records.get((tenant, response_id))
+        return ResponseRecord.loads(entry[0]) if entry is not None else None
 
     async def _delete(self, tenant: str, response_id: str) -> bool:
         return self._records.pop((tenant, response_id), None) is not None
 
     async def _sweep(self) -> int:
         now = time.time()
-        gone = [k for k, data in self._records.items() if ResponseRecord.loads(data).expired(now)]
+        gone = [k for k, (_, exp) in self._records.items() if exp is not None and exp <= now]
         for k in gone:
             del self._records[k]
         dead = [k for k, (_, exp) in self._kv.items() if exp is not None and exp <= now]
