@@ -192,7 +192,13 @@ class ResponsesState:
         return _json(200, {"id": response_id, "object": "response", "deleted": True})
 
     async def input_items(self, request: web.Request) -> web.Response:
-        record = await self._record(request)
+        response_id = request.match_info["response_id"]
+        try:
+            items = await self.store.list_items(self.tenant(request), response_id)
+        except StateError as exc:
+            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        if items is None:
+            raise _not_found(response_id)
         query = request.query
         order = query.get("order", "desc")
         if order not in ("asc", "desc"):
@@ -203,7 +209,6 @@ class ResponsesState:
             raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit") from None
         if not 1 <= limit <= 100:
             raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit")
-        items = list(record.input_items)
         if order == "desc":
             items.reverse()
         after = query.get("after")

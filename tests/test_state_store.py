@@ -57,6 +57,8 @@ def test_records_put_get_chain_delete(store):
         assert got.parent_id == "r1" and got.output_items == [{"type": "message", "id": "out_r2"}]
         assert got.expires_at is not None and got.expires_at > time.time() + 3000  # ttl_secs applied
         assert [r.id for r in await store.chain("t1", "r3")] == ["r1", "r2", "r3"]  # oldest first
+        assert await store.list_items("t1", "r2") == [{"type": "message", "id": "msg_r2"}]
+        assert await store.list_items("t2", "r2") is None
         assert await store.get("t2", "r2") is None  # another tenant sees nothing
         assert await store.chain("t2", "r3") is None
         assert await store.delete("t1", "r2") is True

@@ -3,7 +3,7 @@
 Two parts share a backend:
 
 * response records (the Responses API's server-side state): `put`, `get`, `chain`
-  (a record and its ancestors, oldest first), `delete`;
+  (a record and its ancestors, oldest first), `delete`, `list_items`;
 * a key-value part with TTL for any feature that needs shared counters or flags
   (retries, cooldowns, leases): `kv_get`, `kv_set` (optionally only if absent),
   `kv_incr`, `kv_cas` (compare-and-set), `kv_delete`.
@@ -124,6 +124,11 @@ class StateStore:
 
     async def delete(self, tenant: str, response_id: str) -> bool:
         return await self._timed("delete", self._delete(tenant, response_id))
+
+    async def list_items(self, tenant: str, response_id: str) -> list | None:
+        """A stored response's own input items, in the order sent; None when unknown."""
+        record = await self.get(tenant, response_id)
+        return None if record is None else list(record.input_items)
 
     async def sweep(self) -> int:
         """Remove expired records and keys; returns how many went."""
