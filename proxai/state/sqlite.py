@@ -32,6 +32,18 @@ CREATE TABLE IF NOT EXISTS kv (
 ) WITHOUT ROWID;
 """
 
+# The record and its ancestors, newest first: (parent_id, data) rows.
+_CHAIN = """
+WITH RECURSIVE chain (parent_id, data, depth) AS (
+    SELECT parent_id, data, 1 FROM responses WHERE tenant = ?1 AND id = ?2
+    UNION ALL
+    SELECT r.parent_id, r.data, chain.depth + 1
+    FROM responses AS r JOIN chain ON r.tenant = ?1 AND r.id = chain.parent_id
+    WHERE chain.depth <= ?3
+)
+SELECT parent_id, data FROM chain ORDER BY depth
+"""
+
 
 def default_path() -> Path:
     from proxai.capture import home
@@ -131,18 +143,15 @@ class SqliteStore(StateStore):
         return await self._run(self._select, tenant, response_id)
 
     async def _chain(self, tenant: str, response_id: str, max_depth: int) -> list[ResponseRecord] | None:
-        def walk():  # the whole walk in one trip to the store's thread
-            out: list[ResponseRecord] = []
-            current: str | None = response_id
-            while current is not None:
-                if len(out) >= max_depth:
-                    raise ChainTooDeep(max_depth)
-                record = self._select(tenant, current)
-                if record is None:
-                    return None
-                out.append(record)
-                current = record.parent_id
-            return out
+        def walk():  # one recursive query, bounded one past the limit (so a cycle ends too)
+            rows = self._db.execute(_CHAIN, (tenant, response_id, max_depth)).fetchall()
+            if not rows:
+                return None
+            if len(rows) > max_depth:
+                raise ChainTooDeep(max_depth)
+            if rows[-1][0] is not None:
+                return None  # the oldest record's parent is gone: a broken link
+            return [ResponseRecord.loads(data) for _, data in rows]
 
         return await self._run(walk)
 
