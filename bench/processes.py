@@ -65,7 +65,7 @@ class Upstream:
         stop(self.proc)
 
 
-def proxy_config(upstream_url: str, port: int, log_level: str) -> dict:
+def proxy_config(upstream_url: str, port: int, log_level: str, state: dict | None = None) -> dict:
     """One provider per protocol on the bench upstream; model `<chat|responses|anthropic>/<name>`
     selects the provider and reaches it as `<name>`."""
     providers = {}
@@ -80,24 +80,27 @@ def proxy_config(upstream_url: str, port: int, log_level: str) -> dict:
          "provider": SHORT[p], "upstream_model": "$1"}
         for p in PROTOCOLS
     ]
-    return {
+    config = {
         # above any bench concurrency, so admission control never answers 503 here
         "server": {"host": "127.0.0.1", "port": port, "max_concurrent_requests": 4096},
         "providers": providers,
         "routing": {"routes": routes},
         "logging": {"level": log_level},
     }
+    if state is not None:
+        config["state"] = state
+    return config
 
 
 class Proxy:
     """server.py --config <generated> --port <free>, timed from spawn to a healthy /healthz."""
 
     def __init__(self, upstream_url: str, workdir: Path, log_level: str = "info", extra_args: str = "",
-                 profile_to: Path | None = None, startup_timeout: float = 30.0):
+                 profile_to: Path | None = None, startup_timeout: float = 30.0, state: dict | None = None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_file = workdir / "proxy-config.yaml"
-        self.config_file.write_text(yaml.safe_dump(proxy_config(upstream_url, self.port, log_level), sort_keys=False))
+        self.config_file.write_text(yaml.safe_dump(proxy_config(upstream_url, self.port, log_level, state), sort_keys=False))
         self.log_file = workdir / "proxy.log"
         self.log = open(self.log_file, "wb")
         cmd = [PYTHON]

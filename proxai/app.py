@@ -18,10 +18,10 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, requestid, serving, shutdown, usage
+from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, requestid, responses_state, serving, shutdown, usage
 from proxai.caching import caching_context
 from proxai import errors as E
-from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
+from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
 from proxai.logs import log_request
 from proxai.metrics import Metrics
@@ -63,18 +63,23 @@ class Proxy:
         # Rules load once, here; a broken rule file (built-in or the config's rules_dir)
         # stops startup with file:line rather than failing requests later.
         self.engine = engine.Engine.load(config.rules_dir)
+        self.state = responses_state.build(config, self.metrics)  # None: state.backend none
         self._mock_runner: web.AppRunner | None = None
         self.open_streams = shutdown.OpenStreams()
 
     # --- lifecycle ---------------------------------------------------------------
 
     async def on_startup(self, app: web.Application) -> None:
+        if self.state is not None:
+            await self.state.start()  # first: a store that cannot open stops startup (StateError)
         await self.transport.start()
         if self.demo:
             await self._start_demo_upstreams()
 
     async def on_cleanup(self, app: web.Application) -> None:
         await self.transport.close()
+        if self.state is not None:
+            await self.state.stop()
         if self._mock_runner is not None:
             await self._mock_runner.cleanup()
 
@@ -147,7 +152,10 @@ class Proxy:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
             return await self._passthrough(request, protocol, provider, raw, stream, info, query=request.rel_url.raw_query_string)
-        return await self._translate(request, protocol, match, body, stream, info)
+        turn = None
+        if protocol == RESPONSES and self.state is not None:
+            turn = await self.state.begin(request, body, provider.name)  # resolves previous_response_id
+        return await self._translate(request, protocol, match, body, stream, info, turn)
 
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
@@ -183,13 +191,17 @@ class Proxy:
         )
         return await self._stream(request, relay, upstream, info)
 
-    async def _stream(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
+    async def _stream(
+        self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict, turn=None
+    ) -> web.StreamResponse:
         if self.inspector is not None:
             relay.observer = self.inspector.watch(relay.observer, info)
         with self.open_streams.track(relay):
-            return await self._relay(request, relay, upstream, info)
+            return await self._relay(request, relay, upstream, info, turn)
 
-    async def _relay(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
+    async def _relay(
+        self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict, turn=None
+    ) -> web.StreamResponse:
         try:
             await relay.prime()
         except BaseException:
@@ -214,6 +226,8 @@ class Proxy:
         if cap is not None and cap.wants("outbound_response"):
             cap.start("outbound_response", capture.status_line(200, response.reason), response.headers.items())
             client = capture.TeeClient(response, cap)
+        if turn is not None:
+            client = turn.tee(client)  # the record is written before the terminal event
         info["outcome"] = "client_disconnected"  # unless run() finishes
         try:
             info["outcome"] = await relay.run(client)
@@ -254,7 +268,7 @@ class Proxy:
     # --- translation -------------------------------------------------------------------
 
     async def _translate(
-        self, request: web.Request, protocol: str, match: RouteMatch, body: dict, stream: bool, info: dict
+        self, request: web.Request, protocol: str, match: RouteMatch, body: dict, stream: bool, info: dict, turn=None
     ) -> web.StreamResponse:
         provider = match.provider
         ctx = engine.Context(
@@ -307,6 +321,8 @@ class Proxy:
                 except Exception:
                     info["translation_error"] = "response"
                     raise
+                if turn is not None:
+                    client_body = await turn.finish_body(client_body)  # stored before it goes out
                 return _json_response(200, dump_json(client_body), upstream.headers, info)
             if not _is_event_stream(upstream):
                 raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
@@ -323,7 +339,7 @@ class Proxy:
             max_event_bytes=self.config.server.max_sse_event_bytes,
             heartbeat=self.config.server.stream_heartbeat_secs,
         )
-        return await self._stream(request, relay, upstream, info)
+        return await self._stream(request, relay, upstream, info, turn)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "mode": "demo" if self.demo else "config", "pid": os.getpid()})
@@ -483,6 +499,7 @@ def build_app(
         app.router.add_post(paths.unprefixed(path), proxy.handle)
     count_tokens.register(app, proxy, INFO_KEY)
     models_endpoint.register(app, proxy, INFO_KEY)
+    responses_state.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)
     if config.server.metrics.enabled:
         app.router.add_get("/metrics", proxy.metrics_endpoint)
@@ -523,6 +540,7 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
         default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic"},
         routes=routes,
         tool_call_timeout_secs=120.0,
+        state=StateConfig(backend="memory"),
         **({"capture": dict(capture_phases)} if capture_phases else {}),
     )
 

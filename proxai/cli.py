@@ -183,8 +183,14 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
 
     serving.install_fd_exhaustion_log(asyncio.get_running_loop())
     fd_watch = asyncio.ensure_future(serving.watch_fds())
+    from proxai.state import StateError
+
     runner = make_runner(app)
-    await runner.setup()
+    try:
+        await runner.setup()
+    except StateError as exc:
+        print(f"proxai: the state store cannot open: {exc}", file=sys.stderr)
+        return 1
     try:
         from aiohttp import web
 

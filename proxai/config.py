@@ -107,6 +107,17 @@ class RouteConfig:
 
 
 @dataclass(frozen=True)
+class StateConfig:
+    """Server-side Responses state (README "Responses state")."""
+
+    backend: str = "sqlite"  # sqlite | memory | redis | none
+    url: str | None = None  # sqlite: a file path (default $PROXAI_HOME/state.db); redis: redis://host:port/db
+    ttl_secs: float = 30 * 24 * 3600  # OpenAI keeps stored responses 30 days
+    max_chain_depth: int = 1000
+    max_record_bytes: int = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
 class Config:
     providers: dict[str, ProviderConfig]
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -119,6 +130,7 @@ class Config:
     capture: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(CAPTURE_PHASES, False))
     log_level: str = "info"
     log_format: str = "human"
+    state: StateConfig = field(default_factory=StateConfig)
     source: str | None = None  # the file it came from; None in demo mode
 
 
@@ -335,6 +347,7 @@ def _build(doc: dict[str, Any]) -> Config:
         capture=capture,
         log_level=doc.get("logging", {}).get("level", "info"),
         log_format=doc.get("logging", {}).get("format", "human"),
+        state=StateConfig(**doc.get("state", {})),
     )
 
 
@@ -358,6 +371,8 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
             for key in _CHAT_ONLY:
                 if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
                     problems.append((f"providers.{name}.{key}", "only valid for openai_chat_completions providers"))
+    if cfg.state.backend == "redis" and cfg.state.url and not cfg.state.url.startswith(("redis://", "rediss://", "unix://")):
+        problems.append(("state.url", "a redis backend needs a redis://, rediss:// or unix:// URL"))
     for protocol, provider in cfg.default_providers.items():
         if provider not in cfg.providers:
             problems.append((f"routing.default_providers.{protocol}", f"unknown provider {provider!r}"))

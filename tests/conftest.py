@@ -26,8 +26,22 @@ if str(TESTS) not in sys.path:
 from harness import Harness, ProxyHandle  # noqa: E402
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _proxai_home(tmp_path_factory):
+    """Proxies started by tests keep their files (the state database) in a temporary home."""
+    import os
+
+    previous = os.environ.get("PROXAI_HOME")
+    os.environ["PROXAI_HOME"] = str(tmp_path_factory.mktemp("proxai-home"))
+    yield
+    if previous is None:
+        os.environ.pop("PROXAI_HOME", None)
+    else:
+        os.environ["PROXAI_HOME"] = previous
+
+
 @pytest.fixture(scope="session")
-def harness():
+def harness(_proxai_home):
     h = Harness.start()
     yield h
     h.stop()
@@ -78,3 +92,19 @@ def anthropic_client(proxy: ProxyHandle):
     client = proxy.anthropic()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """A real redis-server for the state tests; skipped (with the reason) when not installed."""
+    from bench.redis_server import RedisServer
+
+    if RedisServer.available() is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install -y redis-server; .ci/run installs it)")
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        pytest.skip("the redis Python package is not installed (pip install -e '.[test]')")
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()
