@@ -18,7 +18,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, ingress, requestid, usage
+from proxai import capture, ingress, readiness, reload, requestid, usage
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
@@ -51,18 +51,54 @@ def protocol_for_path(path: str) -> str:
 class Proxy:
     def __init__(self, config: Config, *, demo: bool = False):
         self.demo = demo
-        self.config = config
-        self.router = Router(config) if not demo else None
+        # Rules load once per generation, here and on reload; a broken rule file (built-in or
+        # the config's rules_dir) stops startup with file:line rather than failing requests later.
+        self.live: reload.Generation = reload.prepare(config, with_router=not demo)
         self.transport = Transport(pool_size=max(100, config.server.max_concurrent_requests))
         self.active = 0
         phases = [phase for phase, on in config.capture.items() if on]
         # None when capture is off: the request path then creates no capture object at all.
         self.recorder = capture.Recorder(phases) if phases else None
         self.metrics = Metrics(in_flight=lambda: self.active)
-        # Rules load once, here; a broken rule file (built-in or the config's rules_dir)
-        # stops startup with file:line rather than failing requests later.
-        self.engine = engine.Engine.load(config.rules_dir)
+        self.readiness = readiness.Readiness()
+        self.readiness.add("rules", lambda: None if self.live.engine.codecs else "no rules loaded")
+        if demo:
+            self.readiness.add("demo_upstreams", lambda: None if self.live.router is not None else "starting")
         self._mock_runner: web.AppRunner | None = None
+
+    # --- the generation (config, router, rules) the current request started on ---------
+
+    @property
+    def config(self) -> Config:
+        return reload.current(self).config
+
+    @property
+    def router(self) -> Router | None:
+        return reload.current(self).router
+
+    @property
+    def engine(self) -> engine.Engine:
+        return reload.current(self).engine
+
+    # Assigning one part replaces the live generation with that part changed.
+    @config.setter
+    def config(self, value: Config) -> None:
+        self.live = dataclasses.replace(self.live, config=value)
+
+    @router.setter
+    def router(self, value: Router | None) -> None:
+        self.live = dataclasses.replace(self.live, router=value)
+
+    @engine.setter
+    def engine(self, value: engine.Engine) -> None:
+        self.live = dataclasses.replace(self.live, engine=value)
+
+    def swap(self, generation: reload.Generation) -> None:
+        """Make `generation` live for requests that start from now on."""
+        phases = [phase for phase, on in generation.config.capture.items() if on]
+        if set(phases) != set(self.recorder.phases if self.recorder else ()):
+            self.recorder = capture.Recorder(phases) if phases else None
+        self.live = generation
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -86,8 +122,8 @@ class Proxy:
         await site.start()
         self._mock_runner = runner
         port = runner.addresses[0][1]
-        self.config = demo_config(f"http://127.0.0.1:{port}", self.config.server, self.config.capture)
-        self.router = Router(self.config)
+        config = demo_config(f"http://127.0.0.1:{port}", self.config.server, self.config.capture)
+        self.live = dataclasses.replace(self.live, config=config, router=Router(config))
 
     # --- request handling ------------------------------------------------------------
 
@@ -306,6 +342,14 @@ class Proxy:
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "mode": "demo" if self.demo else "config", "pid": os.getpid()})
 
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready, checks = await self.readiness.report()
+        body = {"status": "ready" if ready else "not_ready", "checks": checks, "generation": self.live.number}
+        reloader = request.app.get(reload.RELOADER_KEY)
+        if reloader is not None and reloader.last_error:
+            body["last_reload_error"] = reloader.last_error  # the old generation still serves
+        return web.json_response(body, status=200 if ready else 503)
+
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         settings = self.config.server.metrics
         if settings.loopback_only and not _is_loopback(request.remote):
@@ -359,7 +403,9 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     if request.path in PATHS:
         info["client_protocol"] = protocol
     request[INFO_KEY] = info
-    tables = request.app[PROXY_KEY].engine.tables
+    proxy = request.app[PROXY_KEY]
+    pinned = reload.pin(proxy)  # the request and its stream finish on the generation they start on
+    tables = proxy.engine.tables
     response: web.StreamResponse | None = None
     try:
         response = await handler(request)
@@ -368,6 +414,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         response = _error_response(protocol, err, info, tables)
         return response
     except web.HTTPException as exc:
+        await _capture_unrouted(request)
         if exc.status == 404:
             err: E.ProxyError = E.NotFound(f"no endpoint at {request.path}; serving {', '.join('POST ' + p for p in PATHS)}")
         elif exc.status == 405:
@@ -404,15 +451,37 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             elif "status" not in info:
                 info["status"] = response.status
             info["duration_ms"] = elapsed
-            for note in info.get("_traces") or ():
-                log.info("translation: %s", note)
+            if cap is not None:
+                cap.summary(info)
+            notes = info.get("_traces")
+            if notes:
+                # One line per note at DEBUG; the INFO summary carries only their count.
+                info["translation_notes"] = len(notes)
+                if log.isEnabledFor(logging.DEBUG):
+                    for note in notes:
+                        log.debug("translation: %s", note)
             log_request(**info)
             if request.path in PATHS:
                 request.app[PROXY_KEY].metrics.observe(info)
+        reload.unpin(pinned)
         requestid.current.reset(token)
 
 
-_UNLOGGED = frozenset({"/healthz", "/metrics"})
+_UNLOGGED = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+async def _capture_unrouted(request: web.Request) -> None:
+    """Requests that never reach a handler (unknown path, wrong method) are captured too."""
+    recorder = request.app[PROXY_KEY].recorder
+    if recorder is None or request.get(CAPTURE_KEY) is not None or request.path in _UNLOGGED:
+        return
+    cap = request[CAPTURE_KEY] = recorder.open(request[INFO_KEY]["request_id"])
+    try:
+        body = await request.read()
+    except web.HTTPException:  # larger than the body limit: the head alone
+        body = b""
+    version = f"HTTP/{request.version.major}.{request.version.minor}"
+    cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), body)
 
 
 def _error_response(protocol: str, err: E.ProxyError, info: dict, tables) -> web.Response:
@@ -440,6 +509,7 @@ def build_app(
     for path in PATHS:
         app.router.add_post(path, proxy.handle)
     app.router.add_get("/healthz", proxy.healthz)
+    app.router.add_get("/readyz", proxy.readyz)
     if config.server.metrics.enabled:
         app.router.add_get("/metrics", proxy.metrics_endpoint)
     app.on_startup.append(proxy.on_startup)

@@ -312,9 +312,19 @@ def _cmd_capture_list(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no captures in {capture.directory()}", file=sys.stderr)
         return 0
+    table = []
     for rid, mtime, phases in rows[: args.n or None]:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
-        print(f"{when}  {rid}  {' '.join(phases)}")
+        s = capture.read_summary(rid)
+        duration = s.get("duration_ms")
+        table.append((
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime)), rid, s.get("method") or "-",
+            s.get("path") or "-", s.get("model") or "-", str(s.get("status") or "-"),
+            f"{duration:.1f}ms" if isinstance(duration, (int, float)) else "-", " ".join(phases),
+        ))
+    # time, id, method, path, model, status, duration, phases: aligned columns, phases last
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
     return 0
 
 
