@@ -177,7 +177,7 @@ def attach(app: web.Application, load_config: Callable[[], Config], *, watch: fl
         loop = asyncio.get_running_loop()
         try:
             loop.add_signal_handler(signal.SIGHUP, reloader.request)
-        except (NotImplementedError, RuntimeError, AttributeError):  # no SIGHUP here (Windows) or not the main thread
+        except (NotImplementedError, RuntimeError, AttributeError, ValueError):  # no SIGHUP (Windows), or not the main thread
             pass
         if watch:
             tasks.append(loop.create_task(reloader.watch(watch)))
