@@ -169,6 +169,7 @@ def test_bad_rules_reload_names_the_file_and_keeps_the_old_rules(served, harness
     assert status == 200 and "last_reload_error" not in json.loads(body)
 
 
+@pytest.mark.slow
 def test_reloads_under_load_with_open_streams(served, harness, config_file, tmp_path, mock):
     plain = harness.default_config()
     overridden = with_override(harness, tmp_path)
@@ -276,30 +277,38 @@ def test_readyz_is_open_without_the_proxy_keys(harness, start_proxy):
 # --- check-config fails exactly when serve would ----------------------------------------------------
 
 
-def run_cli(*args: str, timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxai.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)
+def run_cli(capsys, *args: str) -> tuple[int, str, str]:
+    from proxai import cli
+
+    root = logging.getLogger()
+    level, handlers = root.level, list(root.handlers)
+    try:
+        code = cli.main(list(args))
+    finally:  # `serve` installs its own log handler: leave the root logger as it was
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_check_config_loads_the_rules(harness, tmp_path):
+def test_check_config_loads_the_rules(harness, tmp_path, capsys):
     path = tmp_path / "proxai.yaml"
     doc = harness.default_config()
     doc["rules_dir"] = "missing-rules"
     write(path, doc)
-    checked = run_cli("check-config", str(path))
-    assert checked.returncode == 1
-    assert "rules directory not found" in checked.stderr and "missing-rules" in checked.stderr
-    served = run_cli("serve", "--config", str(path), "--port", "0")
-    assert served.returncode == 1 and "missing-rules" in served.stderr
+    code, _, err = run_cli(capsys, "check-config", str(path))
+    assert code == 1 and "rules directory not found" in err and "missing-rules" in err
+    code, _, err = run_cli(capsys, "serve", "--config", str(path), "--port", "0")
+    assert code == 1 and "missing-rules" in err
 
     (tmp_path / "missing-rules").mkdir()
     (tmp_path / "missing-rules" / "bad.yaml").write_text("kind: tables\ntables:\n  - name: x->y\n    from: ir.stop\n    map: {}\n")
-    checked = run_cli("check-config", str(path))
-    assert checked.returncode == 1 and "bad.yaml:" in checked.stderr
+    code, _, err = run_cli(capsys, "check-config", str(path))
+    assert code == 1 and "bad.yaml:" in err
 
     (tmp_path / "missing-rules" / "bad.yaml").write_text(OVERRIDE)
-    checked = run_cli("check-config", str(path))
-    assert checked.returncode == 0 and "ok (3 providers, 3 routes, rules loaded)" in checked.stdout
+    code, out, _ = run_cli(capsys, "check-config", str(path))
+    assert code == 0 and "ok (3 providers, 3 routes, rules loaded)" in out
 
 
 # --- SIGHUP on the real command ---------------------------------------------------------------------
