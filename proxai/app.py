@@ -18,7 +18,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, ingress, readiness, reload, requestid, usage
+from proxai import capture, ingress, readiness, reload, requestid, tracing, usage
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
@@ -60,6 +60,7 @@ class Proxy:
         # None when capture is off: the request path then creates no capture object at all.
         self.recorder = capture.Recorder(phases) if phases else None
         self.metrics = Metrics(in_flight=lambda: self.active)
+        self.tracing = tracing.setup(config.tracing)  # a no-op unless tracing.enabled and the otel extra
         self.readiness = readiness.Readiness()
         self.readiness.add("rules", lambda: None if self.live.engine.codecs else "no rules loaded")
         if demo:
@@ -109,6 +110,7 @@ class Proxy:
 
     async def on_cleanup(self, app: web.Application) -> None:
         await self.transport.close()
+        self.tracing.shutdown()
         if self._mock_runner is not None:
             await self._mock_runner.cleanup()
 
@@ -138,7 +140,8 @@ class Proxy:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
         self.active += 1
         try:
-            return await self._proxy(request, protocol, info)
+            with self.tracing.request(request.headers, request.method, request.path, info):
+                return await self._proxy(request, protocol, info)
         finally:
             self.active -= 1
 
@@ -199,6 +202,7 @@ class Proxy:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
                 data = await read_body(upstream, provider)
                 info.update(usage.from_body(protocol, data) or {})
+                self.tracing.upstream_done(info, protocol, data)
                 return _json_response(upstream.status, data, upstream.headers, info)
         except BaseException:
             upstream.close()
@@ -246,6 +250,7 @@ class Proxy:
         finally:
             # Both observers report canonical usage: the engine's translator, and StreamUsage.
             info.update(usage.normalise(usage.CANONICAL, getattr(relay.observer, "usage", None)) or {})
+            info["_stop"] = getattr(relay.observer, "stop", None)  # canonical stop, for tracing
             if getattr(relay.observer, "translation_failed", False):
                 info["translation_error"] = "stream"
         if info["outcome"] != "client_disconnected":
@@ -263,7 +268,8 @@ class Proxy:
         if cap is not None:
             headers = provider_headers(provider, request.headers, stream)
             cap.whole("provider_request", f"POST {upstream_url(provider)} HTTP/1.1", headers.items(), body)
-        upstream = await self.transport.send(provider, body, request.headers, stream)
+        trace_headers = self.tracing.upstream_start(info, provider.name, provider.protocol, info.get("upstream_model") or "")
+        upstream = await self.transport.send(provider, body, request.headers, stream, trace_headers)
         info["upstream_request_id"] = requestid.upstream_id(upstream.headers)
         if cap is not None and cap.wants("upstream_response"):
             cap.start("upstream_response", capture.status_line(upstream.status, upstream.reason), upstream.headers.items())
@@ -296,7 +302,8 @@ class Proxy:
         )
         info["_traces"] = ctx.traces
         try:
-            out_body = self.engine.translate_request(ctx, body)
+            with self.tracing.span("translate request", info):
+                out_body = self.engine.translate_request(ctx, body)
         except engine.InvalidRequest as exc:
             info["translation_error"] = "request"
             raise E.InvalidRequest(getattr(exc, "message", None) or str(exc), param=getattr(exc, "param", None)) from None
@@ -315,8 +322,10 @@ class Proxy:
                 except orjson.JSONDecodeError:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} answered with a body that is not JSON") from None
                 info.update(usage.from_body(provider.protocol, upstream_body) or {})
+                self.tracing.upstream_done(info, provider.protocol, upstream_body)
                 try:
-                    client_body = self.engine.translate_response(ctx, upstream_body)
+                    with self.tracing.span("translate response", info):
+                        client_body = self.engine.translate_response(ctx, upstream_body)
                 except engine.UpstreamProtocolError as exc:
                     info["translation_error"] = "response"
                     raise E.UpstreamProtocolError(getattr(exc, "message", None) or str(exc)) from None

@@ -44,6 +44,14 @@ class ServerConfig:
 
 
 @dataclass(frozen=True)
+class TracingConfig:
+    enabled: bool = False
+    service_name: str = "proxai"
+    exporter: str = "otlp"  # otlp | console | none (spans go to the TracerProvider already set)
+    endpoint: str | None = None  # OTLP/HTTP traces URL; default: the OTEL_EXPORTER_OTLP_* variables
+
+
+@dataclass(frozen=True)
 class ProviderConfig:
     name: str
     protocol: str
@@ -83,6 +91,7 @@ class Config:
     capture: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(CAPTURE_PHASES, False))
     log_level: str = "info"
     log_format: str = "human"
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     source: str | None = None  # the file it came from; None in demo mode
 
 
@@ -294,6 +303,7 @@ def _build(doc: dict[str, Any]) -> Config:
         capture=capture,
         log_level=doc.get("logging", {}).get("level", "info"),
         log_format=doc.get("logging", {}).get("format", "human"),
+        tracing=TracingConfig(**doc.get("tracing", {})),
     )
 
 

@@ -78,7 +78,8 @@ class Transport:
             self.session = None
 
     async def send(
-        self, provider: ProviderConfig, body: bytes, client_headers: Mapping[str, str], stream: bool
+        self, provider: ProviderConfig, body: bytes, client_headers: Mapping[str, str], stream: bool,
+        extra_headers: Mapping[str, str] | None = None,
     ) -> aiohttp.ClientResponse:
         """POST to the provider and return once its status and headers arrived.
 
@@ -88,11 +89,14 @@ class Transport:
         assert self.session is not None, "transport not started"
         idle = provider.read_idle_timeout_secs
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
+        headers = provider_headers(provider, client_headers, stream)
+        if extra_headers:  # trace context: never a client header, only what the proxy itself adds
+            headers.update(extra_headers)
         try:
             return await self.session.post(
                 upstream_url(provider),
                 data=body,
-                headers=provider_headers(provider, client_headers, stream),
+                headers=headers,
                 timeout=timeout,
             )
         except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
