@@ -363,3 +363,17 @@ def test_sighup_reloads_the_running_server(harness, tmp_path, mock, workers):
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=15)
+
+
+def test_demo_mode_is_ready_once_its_upstreams_are_up_and_reloads_its_rules(harness):
+    p = harness.start_demo()
+    try:
+        status, _, body = raw_post(p.url, "/readyz", b"", method="GET")
+        assert status == 200 and json.loads(body)["checks"] == {"rules": "ok", "demo_upstreams": "ok"}
+        reloader = reload.Reloader(p.proxy, lambda: p.proxy.live.config)
+        assert harness.loop.run(reloader.reload()) and p.proxy.live.number == 2
+        client = p.openai()
+        assert "demo" in client.chat.completions.create(model="anthropic/x", messages=MESSAGES).choices[0].message.content
+        client.close()
+    finally:
+        p.stop()
