@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, Iterator, Mapping
+from typing import Any, ContextManager, Iterator, Mapping
 
 import orjson
 
@@ -25,18 +25,19 @@ log = logging.getLogger("proxai")
 SYSTEMS = {CHAT: ("openai", "chat"), RESPONSES: ("openai", "chat"), ANTHROPIC: ("anthropic", "chat")}
 
 
+_NULL = contextlib.nullcontext()  # reusable: the no-op costs no allocation per request
+
+
 class Tracing:
     """The no-op: tracing off or OpenTelemetry not installed."""
 
     enabled = False
 
-    @contextlib.contextmanager
-    def request(self, headers: Mapping[str, str], method: str, path: str, info: dict) -> Iterator[None]:
-        yield None
+    def request(self, headers: Mapping[str, str], method: str, path: str, info: dict) -> ContextManager[Any]:
+        return _NULL
 
-    @contextlib.contextmanager
-    def span(self, name: str, info: dict) -> Iterator[None]:
-        yield None
+    def span(self, name: str, info: dict) -> ContextManager[Any]:
+        return _NULL
 
     def upstream_start(self, info: dict, provider_name: str, protocol: str, model: str) -> dict[str, str] | None:
         return None
