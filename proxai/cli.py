@@ -258,7 +258,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         where = f"rules_dir {config.rules_dir}: " if config.rules_dir else "rules: "
         print(f"{args.file}: {where}{exc}", file=sys.stderr)
         return 1
-    print(f"{args.file}: ok ({len(config.providers)} providers, {len(config.routes)} routes, rules loaded)")
+    print(f"{args.file}: ok ({len(config.providers)} providers, {len(config.routes)} routes)")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 
 import pytest
 
@@ -49,6 +50,15 @@ def by_name(spans) -> dict:
     return {s.name: s for s in spans}
 
 
+def finished(exporter, count: int, timeout: float = 5.0) -> dict:
+    """The finished spans by name, once `count` have ended: a stream's spans end after its last
+    byte, which the client may have read a moment before."""
+    deadline = time.monotonic() + timeout
+    while len(exporter.get_finished_spans()) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return by_name(exporter.get_finished_spans())
+
+
 def assert_nothing_secret(spans) -> None:
     text = json.dumps([dict(s.attributes) for s in spans] + [s.name for s in spans])
     for secret in (PROMPT, CLIENT_KEY, *PROVIDER_KEYS.values()):
@@ -61,7 +71,7 @@ def test_translated_request_spans_and_trace_context(traced, mock, exporter):
                             {"model": "anthropic/claude-x", "messages": MESSAGES, "max_tokens": 20},
                             {"traceparent": TRACEPARENT, "Authorization": f"Bearer {CLIENT_KEY}"})
     assert status == 200
-    spans = by_name(exporter.get_finished_spans())
+    spans = finished(exporter, 4)
     assert set(spans) == {"POST /v1/chat/completions", "translate request", "chat claude-x", "translate response"}
     root, upstream = spans["POST /v1/chat/completions"], spans["chat claude-x"]
     # The client's trace is continued, and each child hangs off the request span.
@@ -92,7 +102,7 @@ def test_stream_and_pass_through_spans(traced, mock, exporter):
     client = traced.anthropic()
     with client.messages.stream(model="chat/gpt-x", max_tokens=20, messages=MESSAGES) as s:
         assert s.get_final_message().content[0].text == "Hi there"
-    spans = by_name(exporter.get_finished_spans())
+    spans = finished(exporter, 3)
     assert set(spans) == {"POST /v1/messages", "translate request", "chat gpt-x"}
     upstream = spans["chat gpt-x"]
     assert upstream.attributes["gen_ai.system"] == "openai"
@@ -102,7 +112,7 @@ def test_stream_and_pass_through_spans(traced, mock, exporter):
     assert mock.requests[-1].headers["traceparent"].split("-")[1] == format(upstream.context.trace_id, "032x")
     exporter.clear()
     client.messages.create(model="anthropic/c", max_tokens=20, messages=MESSAGES)  # same protocol: pass-through
-    spans = by_name(exporter.get_finished_spans())
+    spans = finished(exporter, 2)
     assert set(spans) == {"POST /v1/messages", "chat c"}
     assert tuple(spans["chat c"].attributes["gen_ai.response.finish_reasons"]) == ("end_turn",)
     assert_nothing_secret(exporter.get_finished_spans())
@@ -114,7 +124,7 @@ def test_upstream_error_marks_the_request_span(traced, mock, exporter):
     status, _, _ = raw_post(traced.url, "/v1/chat/completions", {"model": "anthropic/c", "messages": MESSAGES},
                             {"traceparent": TRACEPARENT})
     assert status == 503
-    root = by_name(exporter.get_finished_spans())["POST /v1/chat/completions"]
+    root = finished(exporter, 3)["POST /v1/chat/completions"]
     assert root.attributes["http.response.status_code"] == 503
     assert root.attributes["error.type"] == "upstream_error"
     assert root.status.status_code == StatusCode.ERROR
@@ -123,7 +133,7 @@ def test_upstream_error_marks_the_request_span(traced, mock, exporter):
 def test_a_malformed_traceparent_starts_a_new_trace(traced, mock, exporter):
     raw_post(traced.url, "/v1/chat/completions", {"model": "anthropic/c", "messages": MESSAGES},
              {"traceparent": "00-zz-not-a-trace"})
-    root = by_name(exporter.get_finished_spans())["POST /v1/chat/completions"]
+    root = finished(exporter, 4)["POST /v1/chat/completions"]
     assert root.parent is None
 
 
