@@ -78,3 +78,35 @@ def anthropic_client(proxy: ProxyHandle):
     client = proxy.anthropic()
     yield client
     client.close()
+
+
+# --- the quick tier: `pytest -m "not slow"` -------------------------------------------------------
+# Slow: load, fuzz and property-based modules, --workers, benchmarks and the tests that start
+# `proxai` or `server.py` as a subprocess. A test can also carry @pytest.mark.slow itself.
+SLOW_MARKERS = ("load", "fuzz")
+SLOW_MODULES = frozenset({
+    "test_load.py", "test_fuzz.py", "test_workers.py", "test_bench_smoke.py",
+    "test_expr_closures.py", "test_sse_properties.py",  # property-based: hundreds of examples each
+    "test_stream_integrity.py", "test_upstream_faults.py",  # long streams, stalls and timeouts
+})
+SLOW_TESTS = frozenset({  # module::function (every parametrization)
+    "test_cli.py::test_server_py_demo_mode_serves_everything_out_of_the_box",
+    "test_cli.py::test_server_py_with_config_file",
+    "test_cli.py::test_server_py_refuses_a_bad_config",
+    "test_cli.py::test_proxai_serve_json_logs",
+    "test_cli.py::test_server_py_rejects_bad_arguments",
+    "test_cli.py::test_non_loopback_bind_without_api_keys_warns",
+    "test_cli.py::test_loopback_bind_does_not_warn",
+    "test_capture.py::test_capture_show_and_list",
+    "test_capture.py::test_serve_capture_flag",
+    "test_translate_cli.py::test_console_entry_point",
+    "test_ingress_fast_path.py::test_fast_path_agrees_with_jsonschema",
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = getattr(item, "originalname", None) or item.name
+        if (item.path.name in SLOW_MODULES or f"{item.path.name}::{name}" in SLOW_TESTS
+                or any(item.get_closest_marker(m) for m in SLOW_MARKERS)):
+            item.add_marker(pytest.mark.slow)

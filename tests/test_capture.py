@@ -160,7 +160,7 @@ def test_upstream_error_and_rejected_request_are_captured(home, harness, start_p
     assert not (home / "captures" / "cap-bad.provider_request.http").exists()
 
 
-def test_unrouted_requests_are_captured_and_listed(home, harness, start_proxy, mock):
+def test_unrouted_requests_are_captured_and_listed(home, harness, start_proxy, mock, capsys):
     p = start(harness, start_proxy, ALL)
     status, _, body = raw_post(p.url, "/v1/chat/completion", {"model": "m", "messages": MESSAGES},
                                {"x-request-id": "cap-404"})
@@ -169,8 +169,10 @@ def test_unrouted_requests_are_captured_and_listed(home, harness, start_proxy, m
     assert inbound.start_line == "POST /v1/chat/completion HTTP/1.1" and json.loads(inbound.body)["model"] == "m"
     assert read(home, "cap-404", "outbound_response").body == body
     assert not (home / "captures" / "cap-404.provider_request.http").exists()
-    listed = run_cli(home, "capture", "list")
-    row = next(line.split() for line in listed.stdout.splitlines() if "cap-404" in line)
+    from proxai import cli
+
+    assert cli.main(["capture", "list"]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if "cap-404" in line)
     assert row[3:5] == ["POST", "/v1/chat/completion"] and "404" in row
 
 
