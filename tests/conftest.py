@@ -26,6 +26,26 @@ if str(TESTS) not in sys.path:
 from harness import Harness, ProxyHandle  # noqa: E402
 
 
+def _share_the_sdk_trust_store() -> None:
+    """Every official SDK client builds an SSL context and loads the whole CA bundle into it
+    (a third of a second on a busy machine), though these tests speak plain HTTP to 127.0.0.1.
+    Build it once per process; TLS behaviour is unchanged, only the loading is shared."""
+    import functools
+    import importlib
+
+    for name in ("httpcore2", "httpcore"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        original = getattr(module, "default_ssl_context", None)
+        if original is not None and not hasattr(original, "cache_info"):
+            module.default_ssl_context = functools.lru_cache(maxsize=None)(original)
+
+
+_share_the_sdk_trust_store()
+
+
 @pytest.fixture(scope="session")
 def harness():
     h = Harness.start()
