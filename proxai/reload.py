@@ -156,10 +156,21 @@ class Reloader:
         while True:
             await asyncio.sleep(interval)
             now = self.watched_files()
-            if now != seen:
-                log.info("config or rules changed on disk; reloading")
-                await self.reload()
-                seen = self.watched_files()  # after a failed reload too: wait for the next change
+            if now == seen:
+                continue
+            # A file still being written keeps changing: reload once it holds still.
+            while True:
+                await asyncio.sleep(min(interval, 0.5))
+                later = self.watched_files()
+                if later == now:
+                    break
+                now = later
+            log.info("config or rules changed on disk; reloading")
+            seen = now  # a failed reload waits for the next change
+            await self.reload()
+            current = self.watched_files()
+            if current.keys() != now.keys():  # the new config watches other files: a new baseline
+                seen = current
 
 
 RELOADER_KEY: web.AppKey[Reloader] = web.AppKey("proxai.reloader", Reloader)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -123,8 +124,13 @@ def test_pass_through_stream_is_captured_identically_on_both_sides(home, harness
                                {"model": "chat/m", "stream": True, "messages": MESSAGES}, {"x-request-id": "cap-pt"})
     assert status == 200
     assert read(home, "cap-pt", "upstream_response").body == body == read(home, "cap-pt", "outbound_response").body
-    names = {f.name for f in (home / "captures").iterdir()}
-    assert names == {"cap-pt.upstream_response.http", "cap-pt.outbound_response.http", "cap-pt.summary.json"}
+    names = {f.name for f in (home / "captures").iterdir()} - {"cap-pt.summary.json"}
+    assert names == {"cap-pt.upstream_response.http", "cap-pt.outbound_response.http"}
+    # The summary follows the stream's last byte, which the client may have read a moment before.
+    deadline = time.monotonic() + 3
+    while not (home / "captures" / "cap-pt.summary.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert json.loads((home / "captures" / "cap-pt.summary.json").read_text())["status"] == 200
 
 
 @pytest.mark.parametrize("phase", capture.PHASES)
