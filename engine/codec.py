@@ -37,10 +37,16 @@ class Codec:
             if truthy(when(scope)):
                 raise InvalidRequest(message, ctx.param_names.get(param, param), where)
         if self.advisory and isinstance(payload, dict):
+            # An encoder's fields have no slot in its own protocol; a decoder's have none in the
+            # canonical model, so none in the protocol the payload is going to.
+            if self.kind.endswith("encode"):
+                target = self.protocol
+            else:
+                target = ctx.provider_protocol if self.kind.startswith("request") else ctx.client_protocol
             for steps in self.advisory:
                 for where, value in _walk(payload, steps, ""):
                     if value not in NEUTRAL:
-                        ctx.trace(f"dropped advisory field {ctx.param_names.get(where, where)} (no slot in {self.protocol})")
+                        ctx.trace(f"dropped advisory field {ctx.param_names.get(where, where)} (no slot in {target})")
         for hook in self.before:
             payload = hook(scope)
             scope = scope.at(payload)

@@ -18,7 +18,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, requestid, responses_state, serving, shutdown, usage
+from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, readiness, reload, requestid, responses_state, serving, shutdown, tracing, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -50,8 +50,9 @@ def protocol_for_path(path: str, headers=None) -> str:
 class Proxy:
     def __init__(self, config: Config, *, demo: bool = False):
         self.demo = demo
-        self.config = config
-        self.router = Router(config) if not demo else None
+        # Rules load once per generation, here and on reload; a broken rule file (built-in or
+        # the config's rules_dir) stops startup with file:line rather than failing requests later.
+        self.live: reload.Generation = reload.prepare(config, with_router=not demo)
         self.transport = Transport(pool_size=max(100, config.server.max_concurrent_requests))
         self.active = 0
         phases = [phase for phase, on in config.capture.items() if on]
@@ -60,12 +61,50 @@ class Proxy:
         settings = config.server.inspector
         self.inspector = inspector.Inspector(settings.max_requests, self.recorder and self.recorder.root) if settings.enabled else None
         self.metrics = Metrics(in_flight=lambda: self.active)
-        # Rules load once, here; a broken rule file (built-in or the config's rules_dir)
-        # stops startup with file:line rather than failing requests later.
-        self.engine = engine.Engine.load(config.rules_dir)
         self.state = responses_state.build(config, self.metrics)  # None: state.backend none
+        self.tracing = tracing.setup(config.tracing)  # a no-op unless tracing.enabled and the otel extra
+        self.readiness = readiness.Readiness()
+        self.readiness.add("rules", lambda: None if self.live.engine.codecs else "no rules loaded")
+        if self.state is not None:
+            self.readiness.add("state_store", self.state.ready)
+        if demo:
+            self.readiness.add("demo_upstreams", lambda: None if self.live.router is not None else "starting")
         self._mock_runner: web.AppRunner | None = None
         self.open_streams = shutdown.OpenStreams()
+
+    # --- the generation (config, router, rules) the current request started on ---------
+
+    @property
+    def config(self) -> Config:
+        return reload.current(self).config
+
+    @property
+    def router(self) -> Router | None:
+        return reload.current(self).router
+
+    @property
+    def engine(self) -> engine.Engine:
+        return reload.current(self).engine
+
+    # Assigning one part replaces the live generation with that part changed.
+    @config.setter
+    def config(self, value: Config) -> None:
+        self.live = dataclasses.replace(self.live, config=value)
+
+    @router.setter
+    def router(self, value: Router | None) -> None:
+        self.live = dataclasses.replace(self.live, router=value)
+
+    @engine.setter
+    def engine(self, value: engine.Engine) -> None:
+        self.live = dataclasses.replace(self.live, engine=value)
+
+    def swap(self, generation: reload.Generation) -> None:
+        """Make `generation` live for requests that start from now on."""
+        phases = [phase for phase, on in generation.config.capture.items() if on]
+        if set(phases) != set(self.recorder.phases if self.recorder else ()):
+            self.recorder = capture.Recorder(phases) if phases else None
+        self.live = generation
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -80,6 +119,7 @@ class Proxy:
         await self.transport.close()
         if self.state is not None:
             await self.state.stop()
+        self.tracing.shutdown()
         if self._mock_runner is not None:
             await self._mock_runner.cleanup()
 
@@ -93,8 +133,8 @@ class Proxy:
         await site.start()
         self._mock_runner = runner
         port = runner.addresses[0][1]
-        self.config = demo_config(f"http://127.0.0.1:{port}", self.config.server, self.config.capture)
-        self.router = Router(self.config)
+        config = demo_config(f"http://127.0.0.1:{port}", self.config.server, self.config.capture)
+        self.live = dataclasses.replace(self.live, config=config, router=Router(config))
 
     # --- request handling ------------------------------------------------------------
 
@@ -112,7 +152,8 @@ class Proxy:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
         self.active += 1
         try:
-            return await self._proxy(request, protocol, info, raw)
+            with self.tracing.request(request.headers, request.method, request.path, info):
+                return await self._proxy(request, protocol, info, raw)
         finally:
             self.active -= 1
 
@@ -169,6 +210,7 @@ class Proxy:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
                 data = await read_body(upstream, provider, cap=self.config.server.max_upstream_body_bytes)
                 info.update(usage.from_body(protocol, data) or {})
+                self.tracing.upstream_done(info, protocol, data)
                 response = _json_response(upstream.status, data, upstream.headers, info)
                 relayed_type = upstream.headers.get("Content-Type", "")
                 if relayed_type and "json" not in relayed_type.lower():
@@ -234,6 +276,7 @@ class Proxy:
         finally:
             # Both observers report canonical usage: the engine's translator, and StreamUsage.
             info.update(usage.normalise(usage.CANONICAL, getattr(relay.observer, "usage", None)) or {})
+            info["_stop"] = getattr(relay.observer, "stop", None)  # canonical stop, for tracing
             if getattr(relay.observer, "translation_failed", False):
                 info["translation_error"] = "stream"
         if info["outcome"] != "client_disconnected":
@@ -252,7 +295,8 @@ class Proxy:
         if cap is not None:
             headers = provider_headers(provider, request.headers, stream)
             cap.whole("provider_request", f"POST {upstream_url(provider, suffix, query)} HTTP/1.1", headers.items(), body)
-        upstream = await self.transport.send(provider, body, request.headers, stream, suffix=suffix, query=query)
+        trace_headers = self.tracing.upstream_start(info, provider.name, provider.protocol, info.get("upstream_model") or "")
+        upstream = await self.transport.send(provider, body, request.headers, stream, trace_headers, suffix=suffix, query=query)
         info["upstream_request_id"] = requestid.upstream_id(upstream.headers, provider.protocol)
         if cap is not None and cap.wants("upstream_response"):
             cap.start("upstream_response", capture.status_line(upstream.status, upstream.reason), upstream.headers.items())
@@ -288,7 +332,8 @@ class Proxy:
         )
         info["_traces"] = ctx.traces
         try:
-            out_body = self.engine.translate_request(ctx, body)
+            with self.tracing.span("translate request", info):
+                out_body = self.engine.translate_request(ctx, body)
         except engine.InvalidRequest as exc:
             info["translation_error"] = "request"
             info["_rule"] = exc.rule
@@ -312,8 +357,10 @@ class Proxy:
                 except orjson.JSONDecodeError:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} answered with a body that is not JSON") from None
                 info.update(usage.from_body(provider.protocol, upstream_body) or {})
+                self.tracing.upstream_done(info, provider.protocol, upstream_body)
                 try:
-                    client_body = self.engine.translate_response(ctx, upstream_body)
+                    with self.tracing.span("translate response", info):
+                        client_body = self.engine.translate_response(ctx, upstream_body)
                 except engine.UpstreamProtocolError as exc:
                     info["translation_error"] = "response"
                     info["_rule"] = exc.rule
@@ -343,6 +390,14 @@ class Proxy:
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "mode": "demo" if self.demo else "config", "pid": os.getpid()})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        ready, checks = await self.readiness.report()
+        body = {"status": "ready" if ready else "not_ready", "checks": checks, "generation": self.live.number}
+        reloader = request.app.get(reload.RELOADER_KEY)
+        if reloader is not None and reloader.last_error:
+            body["last_reload_error"] = reloader.last_error  # the old generation still serves
+        return web.json_response(body, status=200 if ready else 503)
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         settings = self.config.server.metrics
@@ -412,7 +467,9 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     if paths.canonical(request.path) in PATHS:
         info["client_protocol"] = protocol
     request[INFO_KEY] = info
-    tables = request.app[PROXY_KEY].engine.tables
+    proxy = request.app[PROXY_KEY]
+    pinned = reload.pin(proxy)  # the request and its stream finish on the generation they start on
+    tables = proxy.engine.tables
     response: web.StreamResponse | None = None
     try:
         response = await handler(request)
@@ -421,6 +478,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         response = _error_response(protocol, err, info, tables)
         return response
     except web.HTTPException as exc:
+        await _capture_unrouted(request)
         if exc.status == 404:
             err: E.ProxyError = E.NotFound(f"no endpoint at {request.path}; serving {', '.join('POST ' + p for p in PATHS)}"
                                            f", POST {', POST '.join(paths.COUNT_TOKENS)}, GET {paths.MODELS}")
@@ -459,17 +517,39 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             elif "status" not in info:
                 info["status"] = response.status
             info["duration_ms"] = elapsed
-            for note in info.get("_traces") or ():
-                log.info("translation: %s", note)
+            if cap is not None:
+                cap.summary(info)
+            notes = info.get("_traces")
+            if notes:
+                # One line per note at DEBUG; the INFO summary carries only their count.
+                info["translation_notes"] = len(notes)
+                if log.isEnabledFor(logging.DEBUG):
+                    for note in notes:
+                        log.debug("translation: %s", note)
             log_request(**info)
             if paths.canonical(request.path) in PATHS:
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:
                     request.app[PROXY_KEY].inspector.finish(info)
+        reload.unpin(pinned)
         requestid.current.reset(token)
 
 
-_UNLOGGED = frozenset({"/healthz", "/metrics"})
+_UNLOGGED = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+async def _capture_unrouted(request: web.Request) -> None:
+    """Requests that never reach a handler (unknown path, wrong method) are captured too."""
+    recorder = request.app[PROXY_KEY].recorder
+    if recorder is None or request.get(CAPTURE_KEY) is not None or request.path in _UNLOGGED:
+        return
+    cap = request[CAPTURE_KEY] = recorder.open(request[INFO_KEY]["request_id"])
+    try:
+        body = await request.read()
+    except web.HTTPException:  # larger than the body limit: the head alone
+        body = b""
+    version = f"HTTP/{request.version.major}.{request.version.minor}"
+    cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), body)
 
 
 def _error_response(protocol: str, err: E.ProxyError, info: dict, tables) -> web.Response:
@@ -501,6 +581,7 @@ def build_app(
     models_endpoint.register(app, proxy, INFO_KEY)
     responses_state.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)
+    app.router.add_get("/readyz", proxy.readyz)
     if config.server.metrics.enabled:
         app.router.add_get("/metrics", proxy.metrics_endpoint)
     if proxy.inspector is not None:

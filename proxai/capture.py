@@ -19,6 +19,7 @@ the app creates none of these objects: no file, no copy, no wrapper.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Mapping
@@ -27,6 +28,8 @@ from proxai.config import CAPTURE_PHASES
 
 PHASES = CAPTURE_PHASES
 SUFFIX = ".http"
+SUMMARY_SUFFIX = ".summary.json"
+SUMMARY_FIELDS = ("method", "path", "model", "status", "duration_ms", "client_protocol", "provider_protocol", "outcome")
 REDACTED = "[redacted]"
 
 # Header names whose values are credentials, plus any name containing one of the
@@ -137,6 +140,16 @@ class RequestCapture:
     def close(self) -> None:
         for phase in list(self._files):
             self.end(phase)
+
+    def summary(self, fields: Mapping[str, Any]) -> None:
+        """What `capture list` shows: method, path, model, status, duration (no bodies, no headers)."""
+        if not self._ready:
+            return
+        doc = {k: fields.get(k) for k in SUMMARY_FIELDS if fields.get(k) is not None}
+        path = self.root / f"{self.request_id}{SUMMARY_SUFFIX}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
 
 
 def status_line(status: int, reason: str | None) -> str:
@@ -264,3 +277,21 @@ def list_requests(root: Path | None = None) -> list[tuple[str, float, list[str]]
     rows = [(rid, mtime, sorted(phases, key=PHASES.index)) for rid, (mtime, phases) in found.items()]
     rows.sort(key=lambda r: r[1], reverse=True)
     return rows
+
+
+def read_summary(request_id: str, root: Path | None = None) -> dict[str, Any]:
+    """A request's summary; for captures without one, what the inbound start line tells."""
+    root = root or directory()
+    try:
+        doc = json.loads((root / f"{request_id}{SUMMARY_SUFFIX}").read_text(encoding="utf-8"))
+        if isinstance(doc, dict):
+            return doc
+    except (OSError, ValueError):
+        pass
+    inbound = file_path(root, request_id, "inbound_request")
+    try:
+        with inbound.open("rb") as f:
+            method, _, rest = f.readline().decode("utf-8", "replace").partition(" ")
+        return {"method": method, "path": rest.rsplit(" ", 1)[0]}
+    except OSError:
+        return {}

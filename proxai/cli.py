@@ -93,6 +93,9 @@ def _add_serve_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-format", choices=["human", "json"], help="overrides logging.format")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="run N server processes on the same port (SO_REUSEPORT); default 1")
+    parser.add_argument("--watch", metavar="SECS", type=float, nargs="?", const=2.0,
+                        help="reload config and rules when the config file or rules_dir changes, polling every "
+                             "SECS seconds (default 2); SIGHUP reloads too")
     parser.add_argument("--capture", metavar="PHASES", type=_capture_phases,
                         help="overrides the capture: section: all, none, or a comma list of inbound_request, "
                              "provider_request, upstream_response, outbound_response")
@@ -114,30 +117,38 @@ def _capture_phases(text: str) -> dict[str, bool]:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from proxai import logs
-    from proxai.app import build_app, demo_config, with_server
+    from proxai.app import PROXY_KEY, build_app, demo_config, with_server
     from proxai.config import load_file
 
-    if args.config:
-        try:
-            config = load_file(args.config)
-        except ConfigError as exc:
-            _print_problems(args.config, exc)
-            return 1
-    else:
-        config = demo_config("http://127.0.0.1:0")
-    config = with_server(config, args.host, args.port)
-    if args.capture is not None:
-        config = dataclasses.replace(config, capture=args.capture)
-    if args.inspector:
-        inspector = dataclasses.replace(config.server.inspector, enabled=True)
-        config = dataclasses.replace(config, server=dataclasses.replace(config.server, inspector=inspector))
+    def load_config():
+        """The config as this command line gives it: file, then overrides (reload reads it the same way)."""
+        loaded = load_file(args.config) if args.config else demo_config("http://127.0.0.1:0")
+        loaded = with_server(loaded, args.host, args.port)
+        if args.capture is not None:
+            loaded = dataclasses.replace(loaded, capture=args.capture)
+        if args.inspector:
+            inspector = dataclasses.replace(loaded.server.inspector, enabled=True)
+            loaded = dataclasses.replace(loaded, server=dataclasses.replace(loaded.server, inspector=inspector))
+        return loaded
+
+    try:
+        config = load_config()
+    except ConfigError as exc:
+        _print_problems(args.config, exc)
+        return 1
     logs.setup(args.log_level or config.log_level, args.log_format or config.log_format)
     if args.workers < 1:
         print("proxai: --workers must be at least 1", file=sys.stderr)
         return 2
 
     def build():
-        return build_app(config if args.config else None, server=config.server, capture_phases=config.capture)
+        from proxai import reload
+
+        app = build_app(config if args.config else None, server=config.server, capture_phases=config.capture)
+        live = app[PROXY_KEY]
+        # Demo mode has no file: a reload re-reads the rules for the same mock routes.
+        reload.attach(app, load_config if args.config else (lambda: live.live.config), watch=args.watch)
+        return app
 
     try:
         app = build()  # also checks, before any worker starts, that the rules load
@@ -253,12 +264,19 @@ def _url_host(host: str) -> str:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    from proxai import reload
     from proxai.config import load_file
 
     try:
         config = load_file(args.file)
     except ConfigError as exc:
         _print_problems(args.file, exc)
+        return 1
+    try:
+        reload.prepare(config)  # the rules and router, exactly as `serve` and a reload build them
+    except Exception as exc:
+        where = f"rules_dir {config.rules_dir}: " if config.rules_dir else "rules: "
+        print(f"{args.file}: {where}{exc}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok ({len(config.providers)} providers, {len(config.routes)} routes)")
     return 0
@@ -336,9 +354,19 @@ def _cmd_capture_list(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no captures in {capture.directory()}", file=sys.stderr)
         return 0
+    table = []
     for rid, mtime, phases in rows[: args.n or None]:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime))
-        print(f"{when}  {rid}  {' '.join(phases)}")
+        s = capture.read_summary(rid)
+        duration = s.get("duration_ms")
+        table.append((
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(mtime)), rid, s.get("method") or "-",
+            s.get("path") or "-", s.get("model") or "-", str(s.get("status") or "-"),
+            f"{duration:.1f}ms" if isinstance(duration, (int, float)) else "-", " ".join(phases),
+        ))
+    # time, id, method, path, model, status, duration, phases: aligned columns, phases last
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]) - 1)]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
     return 0
 
 

@@ -68,6 +68,14 @@ LIMIT_KEYS = (
 
 
 @dataclass(frozen=True)
+class TracingConfig:
+    enabled: bool = False
+    service_name: str = "proxai"
+    exporter: str = "otlp"  # otlp | console | none (spans go to the TracerProvider already set)
+    endpoint: str | None = None  # OTLP/HTTP traces URL; default: the OTEL_EXPORTER_OTLP_* variables
+
+
+@dataclass(frozen=True)
 class ProviderConfig:
     name: str
     protocol: str
@@ -131,6 +139,7 @@ class Config:
     log_level: str = "info"
     log_format: str = "human"
     state: StateConfig = field(default_factory=StateConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
     source: str | None = None  # the file it came from; None in demo mode
 
 
@@ -348,6 +357,7 @@ def _build(doc: dict[str, Any]) -> Config:
         log_level=doc.get("logging", {}).get("level", "info"),
         log_format=doc.get("logging", {}).get("format", "human"),
         state=StateConfig(**doc.get("state", {})),
+        tracing=TracingConfig(**doc.get("tracing", {})),
     )
 
 

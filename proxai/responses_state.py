@@ -101,6 +101,14 @@ class ResponsesState:
         await self._sweep()
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
 
+    async def ready(self) -> str | None:
+        """The `/readyz` check: None while the store answers, else why not."""
+        try:
+            await self.store.kv_get(_TENANT_KEY)
+        except Exception as exc:
+            return f"state store unreachable ({type(exc).__name__})"
+        return None
+
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()

@@ -153,6 +153,7 @@ class Transport:
         body: bytes,
         client_headers: Mapping[str, str],
         stream: bool,
+        extra_headers: Mapping[str, str] | None = None,
         *,
         suffix: str = "",
         query: str = "",
@@ -169,6 +170,8 @@ class Transport:
         # encoded=True: the query string goes upstream byte for byte
         url = yarl.URL(upstream_url(provider, suffix, query), encoded=True)
         headers = provider_headers(provider, client_headers, stream)
+        if extra_headers:  # trace context: never a client header, only what the proxy itself adds
+            headers.update(extra_headers)
         attempt = _Attempt()
         token = _attempt.set(attempt)
         session = self.session

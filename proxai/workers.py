@@ -2,7 +2,7 @@
 
 The proxy keeps no state between requests (continuation state rides with the
 client), so workers share nothing: the kernel spreads new connections across
-them. The supervisor forwards SIGINT/SIGTERM, and restarts a worker that dies
+them. The supervisor forwards SIGINT/SIGTERM (and SIGHUP, a reload), and restarts a worker that dies
 on its own (after a short pause, so a worker that cannot start does not spin).
 """
 from __future__ import annotations
@@ -51,7 +51,14 @@ def supervise(count: int, run_worker: Callable[[int], int], stop_timeout: float 
             if proc.is_alive():
                 os.kill(proc.pid, signal.SIGTERM)
 
+    def forward(signum, _frame) -> None:  # SIGHUP: every worker reloads its config and rules
+        for proc in procs.values():
+            if proc.is_alive():
+                os.kill(proc.pid, signum)
+
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    if hasattr(signal, "SIGHUP"):
+        previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, forward)
     try:
         for index in range(count):
             start(index)
@@ -81,4 +88,6 @@ def _child(run_worker: Callable[[int], int], index: int) -> None:
     # The parent's handlers must not run here: the worker installs its own on its loop.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "SIGHUP"):  # ignored until the worker's loop handles it (a reload)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
     raise SystemExit(run_worker(index))

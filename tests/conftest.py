@@ -40,6 +40,26 @@ def _proxai_home(tmp_path_factory):
         os.environ["PROXAI_HOME"] = previous
 
 
+def _share_the_sdk_trust_store() -> None:
+    """Every official SDK client builds an SSL context and loads the whole CA bundle into it
+    (a third of a second on a busy machine), though these tests speak plain HTTP to 127.0.0.1.
+    Build it once per process; TLS behaviour is unchanged, only the loading is shared."""
+    import functools
+    import importlib
+
+    for name in ("httpcore2", "httpcore"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        original = getattr(module, "default_ssl_context", None)
+        if original is not None and not hasattr(original, "cache_info"):
+            module.default_ssl_context = functools.lru_cache(maxsize=None)(original)
+
+
+_share_the_sdk_trust_store()
+
+
 @pytest.fixture(scope="session")
 def harness(_proxai_home):
     h = Harness.start()
@@ -108,3 +128,46 @@ def redis_server(tmp_path_factory):
     server = RedisServer(tmp_path_factory.mktemp("redis")).start()
     yield server
     server.stop()
+
+
+# --- the quick tier: `pytest -m "not slow"` -------------------------------------------------------
+# Slow: load, fuzz and property-based modules, --workers, benchmarks and the tests that start
+# `proxai` or `server.py` as a subprocess. A test can also carry @pytest.mark.slow itself.
+SLOW_MARKERS = ("load", "fuzz")
+SLOW_MODULES = frozenset({
+    "test_load.py", "test_fuzz.py", "test_workers.py", "test_bench_smoke.py",
+    "test_expr_closures.py", "test_sse_properties.py",  # property-based: hundreds of examples each
+    "test_stream_integrity.py", "test_upstream_faults.py",  # long streams, stalls and timeouts
+})
+SLOW_TESTS = frozenset({  # module::function (every parametrization)
+    "test_cli.py::test_server_py_demo_mode_serves_everything_out_of_the_box",
+    "test_cli.py::test_server_py_with_config_file",
+    "test_cli.py::test_server_py_refuses_a_bad_config",
+    "test_cli.py::test_proxai_serve_json_logs",
+    "test_cli.py::test_server_py_rejects_bad_arguments",
+    "test_cli.py::test_non_loopback_bind_without_api_keys_warns",
+    "test_cli.py::test_loopback_bind_does_not_warn",
+    "test_capture.py::test_capture_show_and_list",
+    "test_capture.py::test_serve_capture_flag",
+    "test_translate_cli.py::test_console_entry_point",
+    "test_ingress_fast_path.py::test_fast_path_agrees_with_jsonschema",
+    "test_sse.py::test_roundtrip_any_split",
+    # they wait out timeouts, stalls or slow streams
+    "test_passthrough_e2e.py::test_idle_timeout_is_not_a_total_cap",
+    "test_passthrough_e2e.py::test_idle_timeout_mid_stream_is_an_in_stream_error",
+    "test_passthrough_e2e.py::test_tool_call_argument_stall_ends_the_stream",
+    "test_passthrough_e2e.py::test_client_disconnect_cancels_the_upstream_request",
+    "test_errors_e2e.py::test_upstream_silent_before_first_byte_is_504",
+    "test_metrics.py::test_in_flight_gauge_counts_open_streams",
+    "test_demo_models.py::test_demo_slow_streams_word_by_word",
+    "test_reload.py::test_file_watch_reloads_on_change",
+    "test_no_secrets_in_logs.py::test_full_run_leaks_nothing",  # every pair and error path at debug level
+})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = getattr(item, "originalname", None) or item.name
+        if (item.path.name in SLOW_MODULES or f"{item.path.name}::{name}" in SLOW_TESTS
+                or any(item.get_closest_marker(m) for m in SLOW_MARKERS)):
+            item.add_marker(pytest.mark.slow)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,10 @@ def test_translated_non_streaming_all_phases(home, harness, start_proxy, mock):
                                      {"Authorization": f"Bearer {CLIENT_KEY}", "x-request-id": "cap-ns"})
     assert status == 200
     files = sorted(f.name for f in (home / "captures").iterdir())
-    assert files == sorted(f"cap-ns.{phase}.http" for phase in capture.PHASES)
+    assert files == sorted([f"cap-ns.{phase}.http" for phase in capture.PHASES] + ["cap-ns.summary.json"])
+    summary = json.loads((home / "captures" / "cap-ns.summary.json").read_text())
+    assert summary["method"] == "POST" and summary["model"] == "anthropic/claude-x" and summary["status"] == 200
+    assert set(summary) <= set(capture.SUMMARY_FIELDS)  # no bodies, no headers
 
     inbound = read(home, "cap-ns", "inbound_request")
     assert inbound.start_line == "POST /v1/chat/completions HTTP/1.1"
@@ -121,8 +125,13 @@ def test_pass_through_stream_is_captured_identically_on_both_sides(home, harness
                                {"model": "chat/m", "stream": True, "messages": MESSAGES}, {"x-request-id": "cap-pt"})
     assert status == 200
     assert read(home, "cap-pt", "upstream_response").body == body == read(home, "cap-pt", "outbound_response").body
-    names = {f.name for f in (home / "captures").iterdir()}
+    names = {f.name for f in (home / "captures").iterdir()} - {"cap-pt.summary.json"}
     assert names == {"cap-pt.upstream_response.http", "cap-pt.outbound_response.http"}
+    # The summary follows the stream's last byte, which the client may have read a moment before.
+    deadline = time.monotonic() + 3
+    while not (home / "captures" / "cap-pt.summary.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert json.loads((home / "captures" / "cap-pt.summary.json").read_text())["status"] == 200
 
 
 @pytest.mark.parametrize("phase", capture.PHASES)
@@ -133,7 +142,8 @@ def test_each_phase_switches_alone(home, harness, start_proxy, mock, phase):
         status, _, _ = raw_post(p.url, "/v1/responses", {"model": "anthropic/c", "input": "hi", "stream": stream},
                                 {"x-request-id": rid})
         assert status == 200
-        names = sorted(f.name for f in (home / "captures").iterdir() if f.name.startswith(rid + "."))
+        names = sorted(f.name for f in (home / "captures").iterdir()
+                       if f.name.startswith(rid + ".") and f.name.endswith(capture.SUFFIX))
         assert names == [f"{rid}.{phase}.http"]
         assert read(home, rid, phase).body
 
@@ -155,6 +165,22 @@ def test_upstream_error_and_rejected_request_are_captured(home, harness, start_p
     assert read(home, "cap-bad", "inbound_request").body == b"{not json"
     assert read(home, "cap-bad", "outbound_response").body == body
     assert not (home / "captures" / "cap-bad.provider_request.http").exists()
+
+
+def test_unrouted_requests_are_captured_and_listed(home, harness, start_proxy, mock, capsys):
+    p = start(harness, start_proxy, ALL)
+    status, _, body = raw_post(p.url, "/v1/chat/completion", {"model": "m", "messages": MESSAGES},
+                               {"x-request-id": "cap-404"})
+    assert status == 404
+    inbound = read(home, "cap-404", "inbound_request")
+    assert inbound.start_line == "POST /v1/chat/completion HTTP/1.1" and json.loads(inbound.body)["model"] == "m"
+    assert read(home, "cap-404", "outbound_response").body == body
+    assert not (home / "captures" / "cap-404.provider_request.http").exists()
+    from proxai import cli
+
+    assert cli.main(["capture", "list"]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if "cap-404" in line)
+    assert row[3:5] == ["POST", "/v1/chat/completion"] and "404" in row
 
 
 def test_redaction_and_phase_parsing():
@@ -219,6 +245,10 @@ def test_capture_show_and_list(home, harness, start_proxy, mock):
     raw = run_cli(home, "capture", "show", "show-2", "--raw", "provider_request")
     assert raw.stdout.startswith("POST http://") and "x-api-key: [redacted]" in raw.stdout
 
+    rows = {line.split()[2]: line.split() for line in listed.stdout.splitlines()}
+    assert rows["show-1"][3:7] == ["POST", "/v1/chat/completions", "anthropic/c", "200"]
+    assert rows["show-2"][7].endswith("ms") and float(rows["show-2"][7][:-2]) > 0
+
     missing = run_cli(home, "capture", "show", "nope")
     assert missing.returncode == 1 and "no capture for request nope" in missing.stderr
 
@@ -250,6 +280,7 @@ def test_serve_capture_flag(tmp_path, harness):
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=10)
     assert sorted(f.name for f in (home / "captures").iterdir()) == ["flag-1.inbound_request.http",
-                                                                      "flag-1.outbound_response.http"]
+                                                                      "flag-1.outbound_response.http",
+                                                                      "flag-1.summary.json"]
     bad = run_cli(home, "serve", "--capture", "everything")
     assert bad.returncode == 2 and "unknown capture phase" in bad.stderr

@@ -129,10 +129,10 @@ def test_upstream_error_keeps_both_ids(anthropic_client, mock):
 
 
 def test_every_line_of_a_request_carries_its_id(proxy, mock):
-    # `prediction` has no slot in Anthropic Messages: the engine drops it with a trace, logged during the request.
+    # `prediction` has no slot in Anthropic Messages: the engine drops it with a trace, logged at DEBUG.
     body = {"model": "anthropic/c", "messages": MESSAGES, "prediction": {"type": "content", "content": "x"}}
     for fmt in ("human", "json"):
-        with LogCapture(fmt) as cap:
+        with LogCapture(fmt, level=logging.DEBUG) as cap:
             status, _, _ = raw_post(proxy.url, "/v1/chat/completions", body, {"x-request-id": f"trace-{fmt}"})
             cap.lines_with("proxai.request")
         assert status == 200
@@ -144,6 +144,20 @@ def test_every_line_of_a_request_carries_its_id(proxy, mock):
                 assert json.loads(line)["request_id"] == "trace-json"
             else:
                 assert "request_id=trace-human" in line
+
+
+def test_dropped_fields_name_the_protocol_without_a_slot_and_info_keeps_one_line(proxy, mock):
+    body = {"model": "anthropic/c", "messages": MESSAGES, "prediction": {"type": "content", "content": "x"}}
+    with LogCapture("human", level=logging.DEBUG) as cap:
+        raw_post(proxy.url, "/v1/chat/completions", body, {"x-request-id": "slot-1"})
+        cap.lines_with("proxai.request")
+    notes = [line for line in cap.text.splitlines() if "dropped advisory field prediction" in line]
+    assert len(notes) == 1 and "(no slot in anthropic_messages)" in notes[0] and " DEBUG " in notes[0]
+    with LogCapture("json") as cap:
+        raw_post(proxy.url, "/v1/chat/completions", body, {"x-request-id": "slot-2"})
+        cap.lines_with("proxai.request")
+    lines = [json.loads(line) for line in cap.text.splitlines() if "slot-2" in line]
+    assert len(lines) == 1 and lines[0]["msg"] == "request" and lines[0]["translation_notes"] == 1
 
 
 # --- the summary line -------------------------------------------------------------------------

@@ -1,14 +1,26 @@
-"""The answer a mock endpoint gives when no reply was scripted: a short friendly text."""
+"""The answer a mock endpoint gives when no reply was scripted.
+
+A plain model name gets a short friendly text. The demo model names below script
+a reply that shows one feature each, in every protocol, so a newcomer can see a
+tool call, reasoning, JSON output, a refusal, an error or a slow stream with no
+key. The name is read from the request the mock receives, so `anthropic/demo-tools`
+through the Chat endpoint shows the same tool call translated.
+"""
 
 from __future__ import annotations
 
-from .turn import Text, Turn, Usage
+import json
+
+from .replies import ANTHROPIC, CHAT, RESPONSES, Error
+from .turn import Reasoning, Refusal, Text, ToolCall, Turn, Usage
 
 NAMES = {
-    "openai_chat_completions": "OpenAI Chat Completions",
-    "openai_responses": "OpenAI Responses",
-    "anthropic_messages": "Anthropic Messages",
+    CHAT: "OpenAI Chat Completions",
+    RESPONSES: "OpenAI Responses",
+    ANTHROPIC: "Anthropic Messages",
 }
+
+WEATHER = {"city": "Paris", "temperature_c": 18, "conditions": "sunny"}
 
 
 def _text_of(content) -> str:
@@ -22,7 +34,7 @@ def _text_of(content) -> str:
 
 
 def last_user_text(protocol: str, body: dict) -> str:
-    if protocol == "openai_responses":
+    if protocol == RESPONSES:
         items = body.get("input")
         if isinstance(items, str):
             return items
@@ -32,13 +44,124 @@ def last_user_text(protocol: str, body: dict) -> str:
     return _text_of(messages[-1].get("content")) if messages else ""
 
 
-def demo_turn(protocol: str, body: dict) -> Turn:
+def tool_result(protocol: str, body: dict) -> str | None:
+    """The output of the tool call the conversation ends with, if it ends with one."""
+    if protocol == RESPONSES:
+        items = body.get("input")
+        last = items[-1] if isinstance(items, list) and items else None
+        if isinstance(last, dict) and last.get("type") == "function_call_output":
+            out = last.get("output")
+            return out if isinstance(out, str) else json.dumps(out)
+        return None
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else None
+    if not isinstance(last, dict):
+        return None
+    if protocol == CHAT:
+        return _text_of(last.get("content")) if last.get("role") == "tool" else None
+    for block in last.get("content") or [] if isinstance(last.get("content"), list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            content = block.get("content")
+            return content if isinstance(content, str) else _text_of(content)
+    return None
+
+
+def _words(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w + " " for w in words[:-1]] + [words[-1]]
+
+
+def _text_turn(text: str, said: str = "", **kw) -> Turn:
+    return Turn([Text(text, chunks=_words(text))],
+                usage=Usage(input_tokens=max(1, len(said.split())), output_tokens=len(text.split())), **kw)
+
+
+def hello(protocol: str, body: dict) -> Turn:
     said = last_user_text(protocol, body)
     text = f"Hello from the ProxAI demo {NAMES.get(protocol, protocol)} upstream!"
     text += f' You said: "{said}"' if said else " You did not say anything yet."
-    words = text.split(" ")
-    chunks = [w + " " for w in words[:-1]] + [words[-1]]
-    return Turn([Text(text, chunks=chunks)], usage=Usage(input_tokens=max(1, len(said.split())), output_tokens=len(words)))
+    return _text_turn(text, said)
+
+
+def tools(protocol: str, body: dict) -> Turn:
+    """A get_weather call; once the conversation ends with its result, a text answer quoting it."""
+    result = tool_result(protocol, body)
+    if result is not None:
+        return _text_turn(f"The tool answered: {result}")
+    arguments = json.dumps({"city": "Paris"})
+    call = ToolCall("call_demo_weather_1", "get_weather", arguments, chunks=[arguments[:5], arguments[5:]])
+    return Turn([Text("Let me check the weather. "), call], usage=Usage(input_tokens=12, output_tokens=9))
+
+
+def think(protocol: str, body: dict) -> Turn:
+    reasoning = Reasoning(
+        "The user greets me. A short friendly answer is enough.",
+        signature="demo-signature-" + "A" * 24,
+        encrypted_content="demo-encrypted-reasoning",
+        summary=True,
+    )
+    text = "Hello! I thought about it first."
+    return Turn([reasoning, Text(text, chunks=_words(text))],
+                usage=Usage(input_tokens=8, output_tokens=20, reasoning_tokens=12))
+
+
+def json_output(protocol: str, body: dict) -> Turn:
+    text = json.dumps(WEATHER)
+    return Turn([Text(text, chunks=[text[:12], text[12:30], text[30:]])], usage=Usage(input_tokens=8, output_tokens=14))
+
+
+def refusal(protocol: str, body: dict) -> Turn:
+    return Turn([Refusal("I can't help with that.", explanation="The demo always declines.", category="cyber")],
+                usage=Usage(input_tokens=8, output_tokens=7))
+
+
+def length(protocol: str, body: dict) -> Turn:
+    text = "This answer is cut short because it reached the output token"
+    return _text_turn(text, stop={CHAT: "length", ANTHROPIC: "max_tokens", RESPONSES: "incomplete:max_output_tokens"})
+
+
+def slow(protocol: str, body: dict) -> Turn:
+    text = "This answer arrives slowly, one word at a time, so you can watch it stream."
+    return _text_turn(text, delay_secs=0.15)
+
+
+def rate_limited(protocol: str, body: dict) -> Error:
+    return Error(429, headers={"retry-after": "1"}, message="demo rate limit: retry after 1 second")
+
+
+def server_error(protocol: str, body: dict) -> Error:
+    return Error(500, message="demo upstream failure")
+
+
+def cut(protocol: str, body: dict) -> Turn:
+    """A stream that breaks off mid-answer (non-streaming requests get the whole text)."""
+    text = "This stream breaks off in the middle of"
+    return _text_turn(text, cut_after=4)
+
+
+# Model name -> reply; each name is documented in the README's demo section.
+MODELS = {
+    "demo-tools": tools,
+    "demo-think": think,
+    "demo-json": json_output,
+    "demo-refusal": refusal,
+    "demo-length": length,
+    "demo-slow": slow,
+    "demo-429": rate_limited,
+    "demo-500": server_error,
+    "demo-cut": cut,
+}
+
+
+def demo_reply(protocol: str, body: dict) -> Turn | Error:
+    model = body.get("model")
+    script = MODELS.get(model.lower() if isinstance(model, str) else "", hello)
+    return script(protocol, body)
+
+
+def demo_turn(protocol: str, body: dict) -> Turn:
+    """The plain greeting (kept for callers that want a Turn whatever the model)."""
+    return hello(protocol, body)
 
 
 def token_count(protocol: str, raw: bytes) -> dict:

@@ -159,7 +159,7 @@ class MockUpstream:
         elif self.responder is not None:
             reply = self.responder
         else:
-            reply = demo.demo_turn(protocol, record.body or {})
+            reply = demo.demo_reply(protocol, record.body or {})
         if callable(reply):
             reply = reply(record)
         return await self._answer(request, protocol, record.body or {}, reply)
@@ -179,6 +179,8 @@ class MockUpstream:
                     headers=reply.headers,
                 )
             else:
+                if reply.delay_secs:  # as long as the stream would take
+                    await self._sleep(request, reply.delay_secs * len(renderer.events(reply, {**body, "stream": True})))
                 reply = Json(renderer.body(reply, body), headers=reply.headers)
         if isinstance(reply, Json):
             return _json(reply.status, reply.body, reply.headers)

@@ -1,0 +1,233 @@
+"""Optional OpenTelemetry tracing: one span per request, children for translation and the upstream call.
+
+Off unless `tracing.enabled` is true and the `otel` extra is installed; otherwise
+every hook here is a no-op that costs one attribute lookup. Spans carry the
+GenAI semantic-convention attributes (gen_ai.system, gen_ai.operation.name,
+request and response model, token usage, finish reasons) and never a prompt,
+a completion or a key. A client's W3C `traceparent` (and `tracestate`) is the
+parent of the request span, and the upstream call sends its own `traceparent`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, ContextManager, Iterator, Mapping
+
+import orjson
+
+from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+
+log = logging.getLogger("proxai")
+
+# gen_ai.system and gen_ai.operation.name per provider protocol.
+SYSTEMS = {CHAT: ("openai", "chat"), RESPONSES: ("openai", "chat"), ANTHROPIC: ("anthropic", "chat")}
+
+
+_NULL = contextlib.nullcontext()  # reusable: the no-op costs no allocation per request
+
+
+class Tracing:
+    """The no-op: tracing off or OpenTelemetry not installed."""
+
+    enabled = False
+
+    def request(self, headers: Mapping[str, str], method: str, path: str, info: dict) -> ContextManager[Any]:
+        return _NULL
+
+    def span(self, name: str, info: dict) -> ContextManager[Any]:
+        return _NULL
+
+    def upstream_start(self, info: dict, provider_name: str, protocol: str, model: str) -> dict[str, str] | None:
+        return None
+
+    def upstream_done(self, info: dict, protocol: str, body: Any = None) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+NOOP = Tracing()
+
+
+def setup(settings: Any, provider: Any = None) -> Tracing:
+    """The app's tracing for `settings` (a TracingConfig); `provider` overrides the TracerProvider."""
+    if settings is None or not settings.enabled:
+        return NOOP
+    try:
+        from opentelemetry import trace  # noqa: F401
+    except ImportError:
+        log.warning("tracing.enabled is true but OpenTelemetry is not installed (pip install 'proxai[otel]'): no spans")
+        return NOOP
+    return OtelTracing(settings, provider)
+
+
+def _finish_reasons(protocol: str, body: Any) -> list[str]:
+    """The provider's own stop values, read from a non-streaming body."""
+    if isinstance(body, (bytes, bytearray)):
+        try:
+            body = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return []
+    if not isinstance(body, dict):
+        return []
+    if protocol == CHAT:
+        return [c["finish_reason"] for c in body.get("choices") or [] if isinstance(c, dict) and c.get("finish_reason")]
+    if protocol == ANTHROPIC:
+        return [body["stop_reason"]] if isinstance(body.get("stop_reason"), str) else []
+    status = body.get("status")
+    reason = (body.get("incomplete_details") or {}).get("reason") if isinstance(body.get("incomplete_details"), dict) else None
+    return [f"{status}:{reason}" if reason else status] if isinstance(status, str) else []
+
+
+def _response_model(body: Any) -> str | None:
+    if isinstance(body, (bytes, bytearray)):
+        try:
+            body = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return None
+    if isinstance(body, dict):
+        model = body.get("model")
+        if isinstance(model, str):
+            return model
+        response = body.get("response")
+        if isinstance(response, dict) and isinstance(response.get("model"), str):
+            return response["model"]
+    return None
+
+
+class OtelTracing(Tracing):
+    enabled = True
+
+    def __init__(self, settings: Any, provider: Any = None):
+        from opentelemetry import trace
+        from opentelemetry.propagators.textmap import DefaultGetter
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        self._trace = trace
+        self._propagator = TraceContextTextMapPropagator()
+        self._getter = DefaultGetter()
+        self._owned = None
+        if provider is None and settings.exporter != "none":
+            provider = self._owned = _make_provider(settings)
+        self.tracer = (provider or trace.get_tracer_provider()).get_tracer("proxai")
+
+    @contextlib.contextmanager
+    def request(self, headers: Mapping[str, str], method: str, path: str, info: dict) -> Iterator[Any]:
+        carrier = {k.lower(): v for k, v in headers.items() if k.lower() in ("traceparent", "tracestate")}
+        parent = self._propagator.extract(carrier) if carrier else None
+        span = self.tracer.start_span(f"{method} {path}", context=parent, kind=self._trace.SpanKind.SERVER,
+                                      attributes={"http.request.method": method, "url.path": path})
+        info["_span"] = span
+        failure: BaseException | None = None
+        try:
+            with self._trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
+                yield span
+        except BaseException as exc:
+            failure = exc
+            raise
+        finally:
+            self.upstream_done(info, info.get("provider_protocol") or "")
+            self._finish(span, info, failure)
+
+    def _finish(self, span: Any, info: dict, failure: BaseException | None = None) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        from proxai.errors import ProxyError
+
+        self._gen_ai(span, info, info.get("client_protocol"), info.get("model"))
+        status = info.get("status")
+        if isinstance(failure, ProxyError):  # rendered by the middleware after this span ends
+            status = failure.status
+            span.set_attribute("error.type", failure.kind)
+        elif failure is not None:
+            status = 499 if isinstance(failure, asyncio.CancelledError) else 500
+            span.set_attribute("error.type", type(failure).__name__)
+        if status is not None:
+            span.set_attribute("http.response.status_code", status)
+        for key in ("route", "provider", "outcome"):
+            if info.get(key) is not None:
+                span.set_attribute(f"proxai.{key}", str(info[key]))
+        if info.get("client_protocol"):
+            span.set_attribute("proxai.client_protocol", info["client_protocol"])
+        if info.get("provider_protocol"):
+            span.set_attribute("proxai.provider_protocol", info["provider_protocol"])
+        if info.get("error") and failure is None:
+            span.set_attribute("error.type", str(info["error"]))
+        if (status or 0) >= 500 or str(info.get("outcome") or "").startswith(("incomplete", "upstream", "error")):
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()
+
+    def _gen_ai(self, span: Any, info: dict, protocol: str | None, model: str | None) -> None:
+        system, operation = SYSTEMS.get(protocol or "", (None, None))
+        if system:
+            span.set_attribute("gen_ai.system", system)
+            span.set_attribute("gen_ai.operation.name", operation)
+        if model:
+            span.set_attribute("gen_ai.request.model", model)
+        for key, attr in (("input_tokens", "gen_ai.usage.input_tokens"), ("output_tokens", "gen_ai.usage.output_tokens")):
+            if isinstance(info.get(key), int):
+                span.set_attribute(attr, info[key])
+        if info.get("_response_model"):
+            span.set_attribute("gen_ai.response.model", info["_response_model"])
+        reasons = info.get("_finish_reasons")
+        if not reasons and info.get("_stop"):
+            reasons = [info["_stop"]]
+        if reasons:
+            span.set_attribute("gen_ai.response.finish_reasons", list(reasons))
+
+    @contextlib.contextmanager
+    def span(self, name: str, info: dict) -> Iterator[Any]:
+        parent = info.get("_span")
+        ctx = self._trace.set_span_in_context(parent) if parent is not None else None
+        with self.tracer.start_as_current_span(name, context=ctx, kind=self._trace.SpanKind.INTERNAL) as span:
+            yield span
+
+    def upstream_start(self, info: dict, provider_name: str, protocol: str, model: str) -> dict[str, str] | None:
+        parent = info.get("_span")
+        ctx = self._trace.set_span_in_context(parent) if parent is not None else None
+        system, operation = SYSTEMS.get(protocol, ("_OTHER", "chat"))
+        span = self.tracer.start_span(f"{operation} {model}", context=ctx, kind=self._trace.SpanKind.CLIENT,
+                                      attributes={"gen_ai.system": system, "gen_ai.operation.name": operation,
+                                                  "gen_ai.request.model": model, "proxai.provider": provider_name})
+        info["_upstream_span"] = span
+        headers: dict[str, str] = {}
+        self._propagator.inject(headers, context=self._trace.set_span_in_context(span))
+        return headers
+
+    def upstream_done(self, info: dict, protocol: str, body: Any = None) -> None:
+        span = info.pop("_upstream_span", None)
+        if span is None:
+            return
+        if body is not None:
+            info["_finish_reasons"] = _finish_reasons(protocol, body)
+            info["_response_model"] = _response_model(body)
+        self._gen_ai(span, info, protocol, info.get("upstream_model"))
+        if info.get("upstream_request_id"):
+            span.set_attribute("proxai.upstream_request_id", str(info["upstream_request_id"]))
+        span.end()
+
+    def shutdown(self) -> None:
+        if self._owned is not None:
+            self._owned.shutdown()
+
+
+def _make_provider(settings: Any) -> Any:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": settings.service_name}))
+    if settings.exporter == "console":
+        exporter: Any = ConsoleSpanExporter()
+    else:
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            log.warning("tracing.exporter is otlp but opentelemetry-exporter-otlp-proto-http is not installed: no spans")
+            return provider
+        exporter = OTLPSpanExporter(endpoint=settings.endpoint) if settings.endpoint else OTLPSpanExporter()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    return provider
