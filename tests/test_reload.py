@@ -246,7 +246,8 @@ def test_file_watch_reloads_on_change(harness, config_file, tmp_path, mock):
 
 def test_readyz_reports_each_check(served):
     status, _, body = raw_post(served.url, "/readyz", b"", method="GET")
-    assert status == 200 and json.loads(body) == {"status": "ready", "checks": {"rules": "ok"}, "generation": 1}
+    # The state store (sqlite by default) answers its check too.
+    assert status == 200 and json.loads(body) == {"status": "ready", "checks": {"rules": "ok", "state_store": "ok"}, "generation": 1}
 
     async def store_down():
         return "redis unreachable"

@@ -59,7 +59,7 @@ class Entry:
 
 
 class InspectCapture:
-    """The capture interface (wants/start/write/whole/end/close) over an Entry, tee'd to disk."""
+    """The capture interface (wants/start/write/whole/end/close/summary) over an Entry, tee'd to disk."""
 
     __slots__ = ("entry", "disk")
 
@@ -100,6 +100,11 @@ class InspectCapture:
     def close(self) -> None:
         if self.disk is not None:
             self.disk.close()
+
+    def summary(self, fields) -> None:
+        # The ring reads the request's own info; only a disk capture writes a summary file.
+        if self.disk is not None:
+            self.disk.summary(fields)
 
 
 class StreamWatch:
