@@ -327,7 +327,29 @@ def _responses_request(r: RequestMeaning, body: dict) -> None:
         elif kind == "function_call_output":
             r.results += 1
             r.texts += _texts(item.get("output"))
-    r.tools = [t.get("name") for t in body.get("tools") or () if t.get("type") == "function"]
+    r.tools = _responses_tool_names(body.get("tools") or ())
+    # An additional_tools item makes its tools available from that point of the
+    # conversation: toward another protocol they are declared with the request's. One
+    # it repeats (a deferred tool now loaded) is the same tool.
+    for item in items or ():
+        if item.get("type") == "additional_tools":
+            r.tools += [n for n in _responses_tool_names(item.get("tools") or ()) if n not in r.tools]
+
+
+def _responses_tool_names(tools, namespace=None) -> list[str]:
+    """Function and free-form tools; a namespace's tools as `<namespace>__<name>` (a
+    namespace already ending in `_`, like Codex's `mcp__server__`, joined as is), the
+    only form the other protocols have. Hosted tools have no counterpart elsewhere."""
+    names = []
+    for t in tools:
+        if t.get("type") == "namespace":
+            names += _responses_tool_names(t.get("tools") or (), t.get("name"))
+        elif t.get("type") in ("function", "custom"):
+            name = t.get("name") or ""
+            if namespace:
+                name = re.sub(r"[^A-Za-z0-9_-]", "_", namespace + ("" if namespace.endswith("_") else "__") + name)
+            names.append(name)
+    return names
 
 
 def _anthropic_request(r: RequestMeaning, body: dict) -> None:

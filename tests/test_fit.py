@@ -95,3 +95,20 @@ def test_custom_tool_grammar_goes_into_the_description(fmt):
     assert out["tools"][0]["description"] == (
         "One word.\n\nPass the free-form input as the string parameter `input`.\n\n"
         "The input must match this regex grammar:\n```\n^[a-z]+$\n```")
+
+
+@pytest.mark.parametrize("provider", ["anthropic_messages", "openai_chat_completions"])
+def test_a_tool_declared_again_by_additional_tools_is_sent_once(provider):
+    # A deferred tool the client later loads with an additional_tools item: one tool, declared twice.
+    eng = engine.Engine.load()
+    refund = {"type": "function", "name": "lookup_refund_policy", "description": "Refunds.",
+              "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}
+    body = {"model": "m", "tools": [{"type": "function", "name": "other", "parameters": {"type": "object"}},
+                                    {**refund, "defer_loading": True}],
+            "input": [{"role": "user", "content": "refund for order 7?"},
+                      {"type": "additional_tools", "role": "developer", "tools": [refund]}]}
+    ctx = engine.Context("openai_responses", provider, client_body=body)
+    out = eng.translate_request(ctx, body)
+    names = [t.get("name") or t["function"]["name"] for t in out["tools"]]
+    assert names == ["other", "lookup_refund_policy"]
+    assert any("lookup_refund_policy declared again" in t for t in ctx.traces)

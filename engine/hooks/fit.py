@@ -118,6 +118,7 @@ def fit_tools(scope):
                 out[i] = {k: v for k, v in tool.items() if k != "defer_loading"}
                 if not any("deferred tools sent normally" in t for t in ctx.traces):
                     ctx.trace("deferred tools sent normally: no tool search the provider can run (defer_loading)")
+        out = _declared_once(ctx, out)
         ir = {**ir, "tools": out} if out else {k: v for k, v in ir.items() if k != "tools"}
         if not out and "tool_choice" in ir:
             ir.pop("tool_choice")
@@ -131,6 +132,23 @@ def fit_tools(scope):
         ctx.trace("hosted tool_choice left out with its tool")
         ir = {k: v for k, v in ir.items() if k != "tool_choice"}
     return ir
+
+
+def _declared_once(ctx, tools):
+    """Each tool name declared once: Chat and Anthropic reject a repeated name. A
+    Responses client repeats one when an additional_tools item (or a deferred tool
+    loaded later) declares a tool the request already has; the first declaration is
+    kept, where the prompt cache expects it."""
+    seen, out = set(), []
+    for tool in tools:
+        name = tool.get("name") if isinstance(tool, dict) and tool.get("type") != "hosted" else None
+        if isinstance(name, str):
+            if name in seen:
+                ctx.trace(f"tool {name} declared again: sent once")
+                continue
+            seen.add(name)
+        out.append(tool)
+    return out
 
 
 def _calls(ir):
