@@ -3,6 +3,12 @@
 Rule errors must say ``file:line``, so mappings load as :class:`Located` dicts
 that carry the line of the mapping and of each key. Duplicate keys, which plain
 YAML silently collapses, are recorded for the linter.
+
+Every document is checked before it is built: aliases may not expand it past
+MAX_NODES nodes, so a small "billion laughs" file fails at once instead of
+hanging whoever walks the result. `safe_load_strict` is the loader for files
+that are not rules (the config): plain YAML 1.1 types, but a duplicate key is
+an error rather than a silent overwrite.
 """
 from __future__ import annotations
 
@@ -67,11 +73,96 @@ def _loader(file: str, duplicates: list):
 def load(text: str, file: str):
     """Parse YAML text; returns ``(document, duplicate_keys)``.
 
-    Raises ``yaml.YAMLError`` (with a mark) on syntax errors.
+    Raises ``yaml.YAMLError`` (with a mark) on syntax errors and alias bombs.
     """
     duplicates: list = []
-    doc = yaml.load(text, Loader=_loader(file, duplicates))  # noqa: S506 - SafeLoader subclass
+    doc = _load_checked(text, _loader(file, duplicates))
     return doc, duplicates
+
+
+# Far above any real rule or config file (the built-in rules are a few thousand nodes).
+MAX_NODES = 200_000
+
+
+class YAMLLimitError(yaml.YAMLError):
+    def __init__(self, problem: str, mark=None):
+        super().__init__(problem)
+        self.problem, self.problem_mark = problem, mark
+
+
+def _load_checked(text: str, loader_class):
+    loader = loader_class(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        check_expansion(node)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def check_expansion(root) -> None:
+    """Refuse a node graph whose aliases expand it past MAX_NODES (each shared node counted
+    once per reference, as a consumer walking the loaded document would meet it)."""
+    sizes: dict[int, int] = {}
+    # Iterative post-order walk: a deeply nested file must not overflow the stack here.
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes:
+            continue
+        children = _children(node)
+        if not done and children:
+            stack.append((node, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+            continue
+        size = 1 + sum(sizes.get(id(child), 1) for child in children)
+        if size > MAX_NODES:
+            raise YAMLLimitError(f"document expands to more than {MAX_NODES} nodes (alias bomb?)", node.start_mark)
+        sizes[id(node)] = size
+
+
+def _children(node) -> list:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
+
+
+class DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key, mark):
+        super().__init__(f"duplicate key {key!r}")
+        self.problem, self.problem_mark = f"duplicate key {key!r}", mark
+
+
+class _StrictLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    pass
+
+
+def _strict_mapping(loader, node):
+    # Only the mapping's own keys must be unique: a `<<` merge is overridden on purpose.
+    seen: dict = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            if key in seen:
+                raise DuplicateKeyError(key, key_node.start_mark)
+            seen[key] = True
+        except TypeError:  # an unhashable key (a list): the constructor words that error
+            break
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
+
+
+def safe_load_strict(text: str):
+    """`yaml.safe_load`, except that duplicate keys and alias bombs are errors."""
+    return _load_checked(text, _StrictLoader)
 
 
 def line_of(node, default: int = 0) -> int:

@@ -18,7 +18,11 @@ from aiohttp import web
 
 import engine
 
+<<<<<<< ours
 from proxai import capture, ingress, requestid, responses_state, usage
+=======
+from proxai import capture, ingress, requestid, serving, shutdown, usage
+>>>>>>> theirs
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
@@ -66,6 +70,7 @@ class Proxy:
         self.engine = engine.Engine.load(config.rules_dir)
         self.state = responses_state.build(config, self.metrics)  # None: state.backend none
         self._mock_runner: web.AppRunner | None = None
+        self.open_streams = shutdown.OpenStreams()
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -105,11 +110,12 @@ class Proxy:
         if self.recorder is not None:
             request[CAPTURE_KEY] = self.recorder.open(info["request_id"])
         server = self.config.server
+        raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
         if self.active >= server.max_concurrent_requests:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
         self.active += 1
         try:
-            return await self._proxy(request, protocol, info)
+            return await self._proxy(request, protocol, info, raw)
         finally:
             self.active -= 1
 
@@ -123,22 +129,14 @@ class Proxy:
             presented = auth[7:].strip()
         ok = False
         if presented:
-            candidate = presented.encode()
+            # aiohttp hands non-UTF-8 header bytes over as surrogates: such a key matches none.
+            candidate = presented.encode("utf-8", "surrogateescape")
             for key in keys:  # compare against every key so timing says nothing about which matched
                 ok |= hmac.compare_digest(candidate, key.encode())
         if not ok:
             raise E.Unauthorized("missing or invalid API key for this proxy")
 
-    async def _proxy(self, request: web.Request, protocol: str, info: dict[str, Any]) -> web.StreamResponse:
-        limit = self.config.server.max_request_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
-        try:
-            raw = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes") from None
-        if len(raw) > limit:
-            raise E.RequestTooLarge(f"request body is larger than the limit of {limit} bytes")
+    async def _proxy(self, request: web.Request, protocol: str, info: dict[str, Any], raw: bytes) -> web.StreamResponse:
         cap = request.get(CAPTURE_KEY)
         if cap is not None:
             version = f"HTTP/{request.version.major}.{request.version.minor}"
@@ -171,9 +169,13 @@ class Proxy:
             if not _is_event_stream(upstream):
                 if stream:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
-                data = await read_body(upstream, provider)
+                data = await read_body(upstream, provider, cap=self.config.server.max_upstream_body_bytes)
                 info.update(usage.from_body(protocol, data) or {})
-                return _json_response(upstream.status, data, upstream.headers, info)
+                response = _json_response(upstream.status, data, upstream.headers, info)
+                relayed_type = upstream.headers.get("Content-Type", "")
+                if relayed_type and "json" not in relayed_type.lower():
+                    response.headers["Content-Type"] = relayed_type  # relayed unchanged: not labelled JSON
+                return response
         except BaseException:
             upstream.close()
             raise
@@ -187,12 +189,21 @@ class Proxy:
             idle_timeout=provider.read_idle_timeout_secs,
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
+            max_event_bytes=self.config.server.max_sse_event_bytes,
         )
         return await self._stream(request, relay, upstream, info)
 
+<<<<<<< ours
     async def _stream(
         self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict, turn=None
     ) -> web.StreamResponse:
+=======
+    async def _stream(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
+        with self.open_streams.track(relay):
+            return await self._relay(request, relay, upstream, info)
+
+    async def _relay(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
+>>>>>>> theirs
         try:
             await relay.prime()
         except BaseException:
@@ -287,7 +298,7 @@ class Proxy:
             if not stream:
                 if _is_event_stream(upstream):
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
-                data = await read_body(upstream, provider)
+                data = await read_body(upstream, provider, cap=self.config.server.max_upstream_body_bytes)
                 try:
                     upstream_body = orjson.loads(data)
                 except orjson.JSONDecodeError:
@@ -316,6 +327,8 @@ class Proxy:
             idle_timeout=provider.read_idle_timeout_secs,
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
+            max_event_bytes=self.config.server.max_sse_event_bytes,
+            heartbeat=self.config.server.stream_heartbeat_secs,
         )
         return await self._stream(request, relay, upstream, info, turn)
 
@@ -359,7 +372,10 @@ def _json_response(status: int, data: bytes, upstream_headers, info: dict) -> we
 
 def _is_loopback(host: str | None) -> bool:
     try:
-        return host is not None and ipaddress.ip_address(host.split("%", 1)[0]).is_loopback
+        address = ipaddress.ip_address(host.split("%", 1)[0]) if host is not None else None
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack socket
+        return address is not None and address.is_loopback
     except ValueError:
         return False
 
@@ -460,13 +476,18 @@ def build_app(
     if config.server.metrics.enabled:
         app.router.add_get("/metrics", proxy.metrics_endpoint)
     app.on_startup.append(proxy.on_startup)
+    app.on_shutdown.append(shutdown.drain)
     app.on_cleanup.append(proxy.on_cleanup)
     return app
 
 
 def make_runner(app: web.Application) -> web.AppRunner:
     # handler_cancellation: a client that disconnects cancels its handler, and so the upstream request.
-    return web.AppRunner(app, handle_signals=False, access_log=None, handler_cancellation=True)
+    # The drain (shutdown.drain) has already run when aiohttp's own shutdown wait starts: keep that short.
+    proxy = app[PROXY_KEY]
+    return serving.Runner(app, limits=proxy.config.server, protocol_for_path=protocol_for_path,
+                          tables=lambda: proxy.engine.tables, handle_signals=False, access_log=None,
+                          handler_cancellation=True, shutdown_timeout=shutdown.AFTER_DRAIN_SECS)
 
 
 def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phases: dict[str, bool] | None = None) -> Config:

@@ -71,6 +71,10 @@ def head(start_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
 
 
 def file_path(root: Path, request_id: str, phase: str) -> Path:
+    from proxai.requestid import is_safe
+
+    if not is_safe(request_id):  # `../x` must not name a file outside the capture folder
+        raise ValueError(f"not a request id: {request_id!r}")
     return root / f"{request_id}.{phase}{SUFFIX}"
 
 

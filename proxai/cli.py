@@ -155,7 +155,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     def run_worker(index: int) -> int:
         return _run(_serve(build(), config.server.host, port, args.config, reuse_port=True))
 
-    return workers.supervise(args.workers, run_worker)
+    # A worker drains for up to shutdown_timeout_secs, then needs a moment to end its streams.
+    return workers.supervise(args.workers, run_worker, stop_timeout=config.server.shutdown_timeout_secs + 10)
 
 
 def _run(coro) -> int:
@@ -173,12 +174,16 @@ def _run(coro) -> int:
 async def _serve(app, host: str, port: int, config_file: str | None, reuse_port: bool = False) -> int:
     from proxai.app import PROXY_KEY, make_runner
 
+    from proxai import serving
     from proxai.state import StateError
 
+    serving.install_fd_exhaustion_log(asyncio.get_running_loop())
+    fd_watch = asyncio.ensure_future(serving.watch_fds())
     runner = make_runner(app)
     try:
         await runner.setup()
     except StateError as exc:
+        fd_watch.cancel()
         print(f"proxai: the state store cannot open: {exc}", file=sys.stderr)
         return 1
     try:
@@ -219,6 +224,7 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
         log.info("shutting down")
         return 0
     finally:
+        fd_watch.cancel()
         await runner.cleanup()
 
 
@@ -289,8 +295,12 @@ def _cmd_translate(args: argparse.Namespace) -> int:
 
 
 def _cmd_capture_show(args: argparse.Namespace) -> int:
-    from proxai import capture, capture_view
+    from proxai import capture, capture_view, requestid
 
+    if not requestid.is_safe(args.request_id):
+        print(f"proxai capture show: {args.request_id!r} is not a request id (letters, digits, . _ - only)",
+              file=sys.stderr)
+        return 2
     if args.raw:
         if args.raw not in capture.PHASES:
             print(f"proxai capture show: unknown phase {args.raw!r} (one of {', '.join(capture.PHASES)})", file=sys.stderr)

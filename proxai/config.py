@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from proxai.errors import ANTHROPIC, CHAT, ConfigError
+from engine import yamlsrc
 from engine.ruleset import SCHEMAS
 
 SCHEMA_FILE = SCHEMAS / "config.schema.json"
@@ -41,6 +42,21 @@ class ServerConfig:
     max_concurrent_requests: int = 64
     api_keys: tuple[str, ...] = ()
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    # Connection and size limits (README "Failure behaviour" and "Security").
+    header_timeout_secs: float = 10.0
+    keepalive_timeout_secs: float = 75.0
+    request_body_timeout_secs: float = 60.0
+    max_connections: int = 1024
+    max_upstream_body_bytes: int = 67108864
+    max_sse_event_bytes: int = 16777216
+    shutdown_timeout_secs: float = 30.0
+    stream_heartbeat_secs: float = 15.0
+
+
+LIMIT_KEYS = (
+    "header_timeout_secs", "keepalive_timeout_secs", "request_body_timeout_secs", "max_connections",
+    "max_upstream_body_bytes", "max_sse_event_bytes", "shutdown_timeout_secs", "stream_heartbeat_secs",
+)
 
 
 @dataclass(frozen=True)
@@ -115,7 +131,7 @@ def load_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None
     except OSError as exc:
         raise ConfigError([("", f"cannot read config file {p}: {exc.strerror or exc}")]) from None
     try:
-        doc = yaml.safe_load(text)
+        doc = yamlsrc.safe_load_strict(text)  # duplicate keys and alias bombs are errors
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -296,6 +312,7 @@ def _build(doc: dict[str, Any]) -> Config:
             max_concurrent_requests=server.get("max_concurrent_requests", 64),
             api_keys=tuple(server.get("api_keys", ())),
             metrics=MetricsConfig(**server.get("metrics", {})),
+            **{key: server[key] for key in LIMIT_KEYS if key in server},
         ),
         default_providers=dict(routing.get("default_providers", {})),
         routes=routes,

@@ -9,6 +9,7 @@ Exception hierarchy:
     + Unauthorized - 401: inbound auth configured, key missing or wrong.
     + NotFound - 404: unknown path.
     + MethodNotAllowed - 405: known path, wrong method.
+    + RequestTimeout - 408: the request body did not arrive within server.request_body_timeout_secs.
     + RequestTooLarge - 413: body over server.max_request_body_bytes.
     + Overloaded - 503: server.max_concurrent_requests reached.
     + InternalError - 500: a bug; the body never carries internals.
@@ -101,6 +102,11 @@ class NotFound(ProxyError):
 class MethodNotAllowed(ProxyError):
     status = 405
     kind = "not_found"
+
+
+class RequestTimeout(ProxyError):
+    status = 408
+    kind = "request_timeout"
 
 
 class RequestTooLarge(ProxyError):

@@ -9,14 +9,16 @@ what it must be, never the value sent, which may be prompt text.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import orjson
+from aiohttp import web
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from proxai.errors import PROTOCOLS, InvalidRequest
+from proxai.errors import PROTOCOLS, InvalidRequest, RequestTimeout, RequestTooLarge
 from engine.ruleset import SCHEMAS
 
 SCHEMA_DIR = SCHEMAS / "requests"
@@ -104,6 +106,27 @@ def _fast_checker(schema: dict):
 
 
 FAST = {protocol: _fast_checker(v.schema) for protocol, v in VALIDATORS.items()}
+
+
+async def read(request: web.Request, limit: int, timeout: float) -> bytes:
+    """The whole request body: at most `limit` bytes (else 413), all of it within `timeout`
+    seconds (else 408). Called before the request takes a concurrency slot, so a client
+    that stalls mid-upload holds only its own connection."""
+    too_large = f"request body is larger than the limit of {limit} bytes"
+    if request.content_length is not None and request.content_length > limit:
+        raise RequestTooLarge(too_large)
+    try:
+        async with asyncio.timeout(timeout):
+            raw = await request.read()
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within server.request_body_timeout_secs ({timeout:g}s)"
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise RequestTooLarge(too_large) from None
+    if len(raw) > limit:
+        raise RequestTooLarge(too_large)
+    return raw
 
 
 def parse(protocol: str, raw: bytes) -> dict[str, Any]:

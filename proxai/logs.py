@@ -48,7 +48,7 @@ class _HumanFormatter(logging.Formatter):
         second = int(record.created)
         if second != self._second:
             self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(second))
-        line = f"{self._stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        line = f"{self._stamp} {record.levelname:<7} {record.name}: {_message(record)}"
         rid = getattr(record, "request_id", None)
         if rid and getattr(record, "fields", None) is None:
             line += f" request_id={rid}"
@@ -58,13 +58,47 @@ class _HumanFormatter(logging.Formatter):
 
 
 _NEEDS_QUOTES = re.compile(r'[\s"=]')
+# Anything that could end a line or restyle a terminal: a client-chosen value (a model
+# name, a 404's path) must never start a line of its own in the human format.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape_control(m: re.Match[str]) -> str:
+    ch = m.group()
+    return _ESCAPES.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def escape(text: str) -> str:
+    """`text` with control characters written as escapes (`\\n`, `\\x1b`)."""
+    return _CONTROL.sub(_escape_control, text) if _CONTROL.search(text) else text
 
 
 def _human(value: Any) -> str:
     text = value if type(value) is str else str(value)
     if not text or _NEEDS_QUOTES.search(text):
-        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return text
+        return '"' + escape(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
+    return escape(text)
+
+
+def _safe_arg(value: Any) -> Any:
+    if type(value) in (int, float, bool) or value is None or isinstance(value, _Summary):
+        return value
+    return escape(value if type(value) is str else str(value))
+
+
+def _message(record: logging.LogRecord) -> str:
+    """The record's message with every argument's control characters escaped. The format
+    string itself is the program's own (a traceback may follow it on purpose)."""
+    args = record.args
+    if not args:
+        return str(record.msg)
+    if isinstance(args, dict):
+        return str(record.msg) % {k: _safe_arg(v) for k, v in args.items()}
+    try:
+        return str(record.msg) % tuple(_safe_arg(a) for a in args)
+    except (TypeError, ValueError):
+        return record.getMessage()
 
 
 class _Summary:

@@ -24,10 +24,19 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES, StreamError, UpstreamProtocolError, UpstreamTimeout, render_stream
-from proxai.sse import SSEEvent, SSEParser
+from proxai.errors import (
+    ANTHROPIC, CHAT, RESPONSES, Overloaded, StreamError, UpstreamProtocolError, UpstreamTimeout, render_stream,
+)
+from proxai.sse import EventTooLarge, SSEEvent, SSEParser
 
 log = logging.getLogger("proxai.stream")
+
+# An SSE comment: every SDK's parser skips it, and it keeps proxies and load balancers
+# between the client and us from cutting a stream that is quiet while the model thinks.
+HEARTBEAT = b": keep-alive\n\n"
+# Bytes relayed between two forced turns of the event loop (see transport.YIELD_EVERY_BYTES).
+_YIELD_EVERY_BYTES = 1 << 20
+SHUTDOWN_MESSAGE = "the proxy is shutting down; retry the request"
 
 _RESPONSES_TERMINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
 
@@ -193,6 +202,8 @@ class StreamRelay:
         idle_timeout: float,
         tool_call_timeout: float,
         provider_name: str,
+        max_event_bytes: int | None = None,
+        heartbeat: float = 0,
     ):
         self.upstream = upstream
         self.observer = observer
@@ -200,7 +211,11 @@ class StreamRelay:
         self.idle_timeout = idle_timeout
         self.tool_call_timeout = tool_call_timeout
         self.provider_name = provider_name
-        self.parser = SSEParser()
+        self.parser = SSEParser(max_event_bytes)
+        self.heartbeat = heartbeat  # seconds of silence toward the client before a comment; 0: never
+        self._stopping = False
+        self._too_large = False
+        self._unyielded = 0
         self._pending: list[bytes] = []
         self._eof = False
         self._seen_event = False
@@ -218,19 +233,52 @@ class StreamRelay:
     def _tool_stall_applies(self) -> bool:
         return self.observer.in_tool_arguments and self.tool_call_timeout < self.idle_timeout
 
-    async def _read(self) -> bytes | None:
-        """One upstream chunk; b"" at EOF; None on the idle or tool-call stall timeout."""
+    def stop(self) -> None:
+        """Shutdown: end the stream now with the client protocol's in-stream error."""
+        self._stopping = True
+        self.upstream.close()  # the pending read fails, and run() or prime() sees _stopping
+
+    async def _read(self, client: web.StreamResponse | None = None) -> bytes | None:
+        """One upstream chunk; b"" at EOF; None on the idle or tool-call stall timeout.
+        With a `client` and a heartbeat, a heartbeat comment goes out for every quiet interval."""
         limit = self.tool_call_timeout if self._tool_stall_applies else self.idle_timeout
-        try:
-            async with asyncio.timeout(limit):
-                return await self.upstream.content.readany()
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            return None
+        beat = self.heartbeat if client is not None and 0 < self.heartbeat < limit else 0
+        if not beat:
+            try:
+                async with asyncio.timeout(limit):
+                    return await self.upstream.content.readany()
+            except (TimeoutError, aiohttp.ServerTimeoutError):
+                return None
+        loop = asyncio.get_running_loop()
+        end = loop.time() + limit
+        while True:
+            left = end - loop.time()
+            if left <= 0:
+                return None
+            try:
+                async with asyncio.timeout(min(beat, left)):
+                    return await self.upstream.content.readany()
+            except aiohttp.ServerTimeoutError:
+                return None
+            except TimeoutError:
+                if end - loop.time() > 0:
+                    await client.write(HEARTBEAT)
 
     def _take(self, chunk: bytes) -> list[bytes]:
         out: list[bytes] = []
         observer = self.observer
-        for raw, event in self.parser.feed_raw(chunk):
+        try:
+            blocks = self.parser.feed_raw(chunk)
+        except EventTooLarge as exc:
+            if not self._seen_event:
+                raise UpstreamProtocolError(
+                    f"provider {self.provider_name!r} sent a stream event larger than server.max_sse_event_bytes "
+                    f"({exc.limit} bytes)"
+                ) from None
+            self._too_large = True
+            return observer.fail("event_too_large", f"the provider sent a stream event larger than "
+                                                    f"server.max_sse_event_bytes ({exc.limit} bytes)")
+        for raw, event in blocks:
             if self._broken:
                 break  # nothing follows a failure of the proxy's making
             if event is None:  # comment or keep-alive
@@ -254,6 +302,8 @@ class StreamRelay:
             try:
                 chunk = await self._read()
             except (aiohttp.ClientError, ConnectionError) as exc:
+                if self._stopping:
+                    raise Overloaded(SHUTDOWN_MESSAGE, headers={"Retry-After": "1"}) from None
                 raise UpstreamProtocolError(
                     f"provider {self.provider_name!r} dropped the stream before its first event ({type(exc).__name__})"
                 ) from None
@@ -273,10 +323,13 @@ class StreamRelay:
             self._pending.clear()
             while not self._broken:
                 try:
-                    chunk = await self._read()
+                    chunk = await self._read(client)
                 except (aiohttp.ClientError, ConnectionError) as exc:
                     if observer.complete or observer.failed:
                         break
+                    if self._stopping:
+                        await self._write_all(client, observer.fail("shutdown", SHUTDOWN_MESSAGE, 503))
+                        return self._finish("incomplete:shutdown")
                     await self._write_all(client, observer.fail("upstream_reset", f"the provider connection failed mid-stream ({type(exc).__name__})"))
                     return self._finish("incomplete:upstream_reset")
                 if chunk is None:
@@ -294,8 +347,15 @@ class StreamRelay:
                     self._eof = True
                     break
                 await self._write_all(client, self._take(chunk))
+                self._unyielded += len(chunk)
+                if self._unyielded >= _YIELD_EVERY_BYTES:
+                    # An upstream that is always ready would otherwise keep the loop to itself.
+                    self._unyielded = 0
+                    await asyncio.sleep(0)
             if observer.failed:
-                # The provider reported the failure in its own stream, or an event was malformed.
+                # The provider reported the failure in its own stream, or an event was malformed or too large.
+                if self._too_large:
+                    return self._finish("incomplete:event_too_large")
                 return self._finish("incomplete:malformed" if getattr(observer, "failed_here", False) else "upstream_error_event")
             complete_before_eof = observer.complete
             rest = self.parser.close()
@@ -319,10 +379,10 @@ class StreamRelay:
                 pass
             return self._finish("incomplete:internal")
         finally:
-            if self._eof:
+            if self._eof and not self._stopping:
                 self.upstream.release()  # fully read: the connection goes back to the pool
             else:
-                self.upstream.close()
+                self.upstream.close()  # never pooled: what is left of this answer would be the next one's start
 
     def _finish(self, outcome: str) -> str:
         self.outcome = outcome

@@ -26,6 +26,11 @@ _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,%d}" % (MAX_LENGTH - 1))
 current: contextvars.ContextVar[str | None] = contextvars.ContextVar("proxai_request_id", default=None)
 
 
+def is_safe(text: str) -> bool:
+    """A request id as the proxy accepts or mints one (also safe as part of a file name)."""
+    return _SAFE.fullmatch(text) is not None
+
+
 def mint() -> str:
     return "req_" + secrets.token_hex(12)
 

@@ -5,6 +5,11 @@ because a network chunk may end inside a multi-byte UTF-8 character. Besides
 the parsed events it can hand back each event's exact bytes (`feed_raw`), so a
 pass-through relay forwards whole events unchanged and never leaves half an
 event in the client's stream when the upstream breaks.
+
+An unfinished event waits in a growing buffer and each chunk is searched only
+from where the last search stopped, so a long event costs linear time; with
+`max_event_bytes`, an event (or an unterminated run of bytes) longer than that
+raises EventTooLarge instead of growing without bound.
 """
 
 from __future__ import annotations
@@ -12,7 +17,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-__all__ = ["SSEEvent", "SSEParser", "encode_event"]
+__all__ = ["EventTooLarge", "SSEEvent", "SSEParser", "encode_event"]
+
+
+class EventTooLarge(ValueError):
+    def __init__(self, limit: int):
+        super().__init__(f"a stream event is larger than {limit} bytes")
+        self.limit = limit
 
 
 class SSEEvent(NamedTuple):
@@ -29,10 +40,12 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 class SSEParser:
     """Split a byte stream into events at blank lines (LF, CRLF or CR endings, mixed)."""
 
-    __slots__ = ("_buf",)
+    __slots__ = ("_buf", "_scanned", "max_event_bytes")
 
-    def __init__(self) -> None:
-        self._buf = b""
+    def __init__(self, max_event_bytes: int | None = None) -> None:
+        self._buf = bytearray()
+        self._scanned = 0  # bytes of _buf already searched for a blank line
+        self.max_event_bytes = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """The events completed by `chunk` (comment-only blocks give none)."""
@@ -43,28 +56,61 @@ class SSEParser:
         event, or None for a block without data (comments, keep-alives, `retry:`)."""
         if not chunk:
             return []
-        # Resume the search a little before the old end: a blank line may straddle chunks.
-        resume = max(0, len(self._buf) - 3)
-        buf = self._buf + chunk if self._buf else chunk
+        held = self._buf
+        if held:
+            held += chunk
+            buf: bytes | bytearray = held
+            # Resume a little before the old end: a blank line may straddle chunks.
+            search = max(0, self._scanned - 3)
+        else:
+            buf, search = chunk, 0  # the common case: nothing held, no copy
+        limit = self.max_event_bytes
         blocks: list[tuple[bytes, SSEEvent | None]] = []
         start = 0
-        search = resume
         while True:
-            m = _BLANK_LINE.search(buf, search)
+            m = _next_blank_line(buf, search)
             if m is None:
                 break
             end = m.end()
+            if limit is not None and m.start() - start > limit:
+                raise EventTooLarge(limit)
             # A final CR may be the first half of a CRLF whose LF is still to come. The block
             # is complete either way; that LF then opens the next block as an empty line.
-            blocks.append((buf[start:end], _parse_block(buf[start:m.start()])))
+            block = buf[start:end]
+            blocks.append((bytes(block) if held else block, _parse_block(bytes(buf[start:m.start()]) if held else buf[start:m.start()])))
             start = search = end
-        self._buf = buf[start:]
+        rest = len(buf) - start
+        if limit is not None and rest > limit:
+            raise EventTooLarge(limit)
+        if held:
+            if start:
+                del held[:start]
+        elif rest:
+            held += buf[start:]
+        self._scanned = len(self._buf)
         return blocks
 
     def close(self) -> bytes:
         """End of stream: bytes not terminated by a blank line are not an event; they are returned."""
-        rest, self._buf = self._buf, b""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        self._scanned = 0
         return rest
+
+
+def _next_blank_line(buf: bytes | bytearray, pos: int) -> re.Match | None:
+    # Only a line ending can start a blank line: jump from one to the next with find()
+    # (memchr speed) and try the pattern there, instead of scanning every byte with it.
+    while True:
+        lf = buf.find(b"\n", pos)
+        cr = buf.find(b"\r", pos, lf if lf >= 0 else len(buf))
+        first = cr if cr >= 0 else lf
+        if first < 0:
+            return None
+        m = _BLANK_LINE.match(buf, first)
+        if m is not None:
+            return m
+        pos = first + 1
 
 
 def _parse_block(block: bytes) -> SSEEvent | None:

@@ -1,15 +1,29 @@
-"""Talking to providers: one pooled client session, provider auth, URL joins, idle-read timeouts."""
+"""Talking to providers: one pooled client session, provider auth, URL joins, idle-read timeouts.
+
+Redirects are never followed: a provider's 3xx would carry the provider's key
+and the prompt to whatever host it names. A pooled connection that fails before
+any answer byte (the provider closed it while idle) is retried once on a fresh
+connection; any other failure is reported as it happened.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import logging
 import os
+import re
+import weakref
 from typing import Mapping
 
 import aiohttp
 
 from proxai.config import ProviderConfig
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES, UpstreamTimeout, UpstreamUnreachable
+from proxai.errors import (
+    ANTHROPIC, CHAT, RESPONSES, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
+)
+
+log = logging.getLogger("proxai.transport")
 
 USER_AGENT = "proxai/0.1"
 
@@ -33,15 +47,26 @@ def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str]
             headers["Authorization"] = f"Bearer {provider.api_key}"
         else:
             headers["x-api-key"] = provider.api_key
-        headers["anthropic-version"] = client_headers.get("anthropic-version") or provider.anthropic_version
+        version = client_headers.get("anthropic-version")
+        headers["anthropic-version"] = version if _is_token(version) else provider.anthropic_version
         beta = client_headers.getall("anthropic-beta", None) if hasattr(client_headers, "getall") else None
         if beta is None and client_headers.get("anthropic-beta"):
             beta = [client_headers["anthropic-beta"]]
+        beta = [value for value in beta or () if _is_token(value)]
         if beta:
             headers["anthropic-beta"] = ",".join(beta)
     else:
         headers["Authorization"] = f"Bearer {provider.api_key}"
     return headers
+
+
+# Printable ASCII without controls: a client header value that is anything else (bytes that
+# are not UTF-8, a stray CR) is dropped rather than sent upstream mangled.
+_TOKEN = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?")
+
+
+def _is_token(value: str | None) -> bool:
+    return bool(value) and _TOKEN.fullmatch(value) is not None
 
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -51,16 +76,49 @@ def _proxy_configured() -> bool:
     return any(os.environ.get(name) for name in _PROXY_VARIABLES)
 
 
+class _Attempt:
+    """One try of a request: did the pool hand it a connection used before?"""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+_attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("proxai_attempt", default=None)
+
+
+class _PoolConnector(aiohttp.TCPConnector):
+    """A TCPConnector that notes on the current attempt whether the connection came from the pool
+    (cheaper than aiohttp's request tracing, which costs several awaits on every request)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._seen: weakref.WeakSet = weakref.WeakSet()
+
+    async def connect(self, req, traces, timeout):
+        conn = await super().connect(req, traces, timeout)
+        protocol = conn.protocol
+        if protocol is not None:
+            if protocol in self._seen:
+                attempt = _attempt.get()
+                if attempt is not None:
+                    attempt.reused = True
+            else:
+                self._seen.add(protocol)
+        return conn
+
+
 class Transport:
     """The pooled session; created on app startup, closed on cleanup."""
 
     def __init__(self, pool_size: int = 100):
         self._pool_size = pool_size
         self.session: aiohttp.ClientSession | None = None
+        self._fresh: aiohttp.ClientSession | None = None  # never pools: the one retry's connection
 
-    async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=30)
-        self.session = aiohttp.ClientSession(
+    def _session(self, connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
             connector=connector,
             # One session serves every client: a provider's Set-Cookie must not ride
             # along on other clients' requests.
@@ -72,48 +130,149 @@ class Transport:
             trust_env=_proxy_configured(),
         )
 
+    async def start(self) -> None:
+        connector = _PoolConnector(limit=self._pool_size, limit_per_host=0, keepalive_timeout=30)
+        self.session = self._session(connector)
+        self._fresh = self._session(aiohttp.TCPConnector(limit=0, force_close=True))
+
     async def close(self) -> None:
-        if self.session is not None:
-            await self.session.close()
-            self.session = None
+        for name in ("session", "_fresh"):
+            session = getattr(self, name)
+            if session is not None:
+                await session.close()
+                setattr(self, name, None)
 
     async def send(
         self, provider: ProviderConfig, body: bytes, client_headers: Mapping[str, str], stream: bool
     ) -> aiohttp.ClientResponse:
         """POST to the provider and return once its status and headers arrived.
 
-        Connection failures raise UpstreamUnreachable; no answer within the
-        provider's idle-read timeout raises UpstreamTimeout.
+        Connection failures raise UpstreamUnreachable; no complete status line and
+        headers within the provider's idle-read timeout raises UpstreamTimeout; a
+        redirect or a malformed answer raises UpstreamProtocolError.
         """
-        assert self.session is not None, "transport not started"
+        assert self.session is not None and self._fresh is not None, "transport not started"
         idle = provider.read_idle_timeout_secs
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
+        url = upstream_url(provider)
+        headers = provider_headers(provider, client_headers, stream)
+        attempt = _Attempt()
+        token = _attempt.set(attempt)
+        session = self.session
         try:
-            return await self.session.post(
-                upstream_url(provider),
-                data=body,
-                headers=provider_headers(provider, client_headers, stream),
-                timeout=timeout,
+            return await self._post(provider, session, url, headers, body, timeout, attempt, idle)
+        finally:
+            _attempt.reset(token)
+
+    async def _post(self, provider, session, url, headers, body, timeout, attempt, idle) -> aiohttp.ClientResponse:
+        while True:
+            try:
+                # sock_read restarts with every byte; this bounds headers sent a byte at a time.
+                async with asyncio.timeout(idle):
+                    resp = await session.post(
+                        url, data=body, headers=headers, timeout=timeout, allow_redirects=False,
+                    )
+                break
+            except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
+                raise UpstreamTimeout(f"provider {provider.name!r} sent no complete answer head for {idle:g}s") from None
+            except aiohttp.ClientConnectorError as exc:
+                raise UpstreamUnreachable(f"cannot reach provider {provider.name!r}: {_describe(exc)}") from None
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+                if attempt.reused and session is self.session:
+                    # The provider closed an idle pooled connection as we reused it: it never saw
+                    # this request, so one retry on a connection of its own is safe.
+                    log.info("pooled connection to provider %s failed before any answer (%s); retrying on a fresh one",
+                             provider.name, type(exc).__name__)
+                    session, attempt.reused = self._fresh, False
+                    continue
+                raise UpstreamProtocolError(
+                    f"provider {provider.name!r} closed the connection before answering ({type(exc).__name__})"
+                ) from None
+            except aiohttp.ClientResponseError as exc:  # a malformed status line or headers
+                raise UpstreamProtocolError(
+                    f"provider {provider.name!r} sent a malformed HTTP answer ({type(exc).__name__}: {_short(exc.message)})"
+                ) from None
+            except aiohttp.ClientError as exc:
+                raise UpstreamProtocolError(f"provider {provider.name!r} failed: {_describe(exc)}") from None
+        if 300 <= resp.status < 400:
+            resp.close()
+            where = _redirect_host(resp.headers.get("Location"))
+            raise UpstreamProtocolError(
+                f"provider {provider.name!r} answered with a redirect (HTTP {resp.status}{where}); "
+                "redirects are never followed: check the provider's base_url"
             )
-        except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-            raise UpstreamTimeout(f"provider {provider.name!r} sent nothing for {idle:g}s") from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamUnreachable(f"cannot reach provider {provider.name!r}: {_describe(exc)}") from None
+        return resp
 
 
-async def read_body(resp: aiohttp.ClientResponse, provider: ProviderConfig, limit: int | None = None) -> bytes:
-    """The whole (non-streamed) upstream body; its sock_read timeout is idle-based."""
+def _redirect_host(location: str | None) -> str:
+    if not location:
+        return ""
     try:
-        if limit is None:
+        host = aiohttp.client.URL(location).host
+    except (ValueError, TypeError):
+        host = None
+    return f" to host {_short(host)}" if host else " to a relative location"
+
+
+def _short(text: object, limit: int = 80) -> str:
+    value = "".join(ch for ch in str(text or "") if ch.isprintable())
+    return value if len(value) <= limit else value[:limit] + "..."
+
+
+# A body or stream that arrives faster than it is processed would otherwise hold the
+# event loop for as long as it lasts: every this many bytes, other requests get a turn.
+YIELD_EVERY_BYTES = 1 << 20
+
+
+class UpstreamTooLarge(UpstreamProtocolError):
+    pass
+
+
+async def read_body(resp: aiohttp.ClientResponse, provider: ProviderConfig, limit: int | None = None,
+                    *, cap: int | None = None) -> bytes:
+    """The whole (non-streamed) upstream body; its sock_read timeout is idle-based.
+
+    `limit`: read at most that many bytes and ignore the rest (error bodies).
+    `cap`: a body longer than that once decompressed is an UpstreamTooLarge (502).
+    """
+    try:
+        if limit is not None:
+            return await resp.content.read(limit)
+        if cap is None:
             return await resp.read()
-        data = await resp.content.read(limit)
+        length = resp.content_length
+        if length is not None and length > cap and not resp.headers.get("Content-Encoding"):
+            raise _too_large(provider, cap)
+        parts: list[bytes] = []
+        size = yielded = 0
+        # Chunk by chunk (aiohttp inflates at most a buffer's worth per step), yielding
+        # between chunks: a compressed bomb costs at most `cap` and never stalls the loop.
+        while True:
+            chunk = await resp.content.readany()
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > cap:
+                raise _too_large(provider, cap)
+            parts.append(chunk)
+            if size - yielded >= YIELD_EVERY_BYTES:
+                yielded = size
+                await asyncio.sleep(0)
+        data = b"".join(parts)
+        resp.release()
         return data
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
         raise UpstreamTimeout(
             f"provider {provider.name!r} went silent for {provider.read_idle_timeout_secs:g}s"
         ) from None
     except aiohttp.ClientError as exc:
-        raise UpstreamUnreachable(f"provider {provider.name!r} dropped the connection: {_describe(exc)}") from None
+        raise UpstreamProtocolError(f"provider {provider.name!r} dropped the connection: {_describe(exc)}") from None
+
+
+def _too_large(provider: ProviderConfig, cap: int) -> UpstreamTooLarge:
+    return UpstreamTooLarge(
+        f"provider {provider.name!r} answered with a body larger than server.max_upstream_body_bytes ({cap} bytes)"
+    )
 
 
 def _describe(exc: BaseException) -> str:

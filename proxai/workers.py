@@ -30,8 +30,11 @@ def resolve_port(host: str, port: int) -> int:
         return probe.getsockname()[1]
 
 
-def supervise(count: int, run_worker: Callable[[int], int]) -> int:
-    """Run ``run_worker(index)`` in ``count`` processes until a signal asks them to stop."""
+def supervise(count: int, run_worker: Callable[[int], int], stop_timeout: float = 40.0) -> int:
+    """Run ``run_worker(index)`` in ``count`` processes until a signal asks them to stop.
+
+    On the signal every worker gets SIGTERM at once and drains in parallel; one still
+    running `stop_timeout` seconds later is killed."""
     context = multiprocessing.get_context("fork")
     stopping = False
     procs: dict[int, multiprocessing.Process] = {}
@@ -60,9 +63,12 @@ def supervise(count: int, run_worker: Callable[[int], int]) -> int:
                     if not stopping:
                         start(index)
             time.sleep(0.2)
-        for proc in procs.values():
-            proc.join(timeout=10)
+        deadline = time.monotonic() + stop_timeout
+        for proc in procs.values():  # one shared deadline: the workers stop in parallel
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for index, proc in procs.items():
             if proc.is_alive():
+                log.warning("worker %d (pid %s) still running %gs after SIGTERM; killing it", index, proc.pid, stop_timeout)
                 proc.kill()
                 proc.join()
         return 0
