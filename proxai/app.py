@@ -18,11 +18,7 @@ from aiohttp import web
 
 import engine
 
-<<<<<<< ours
-from proxai import capture, ingress, requestid, responses_state, usage
-=======
-from proxai import capture, ingress, requestid, serving, shutdown, usage
->>>>>>> theirs
+from proxai import capture, ingress, requestid, responses_state, serving, shutdown, usage
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
@@ -193,17 +189,15 @@ class Proxy:
         )
         return await self._stream(request, relay, upstream, info)
 
-<<<<<<< ours
     async def _stream(
         self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict, turn=None
     ) -> web.StreamResponse:
-=======
-    async def _stream(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
         with self.open_streams.track(relay):
-            return await self._relay(request, relay, upstream, info)
+            return await self._relay(request, relay, upstream, info, turn)
 
-    async def _relay(self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict) -> web.StreamResponse:
->>>>>>> theirs
+    async def _relay(
+        self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict, turn=None
+    ) -> web.StreamResponse:
         try:
             await relay.prime()
         except BaseException:
