@@ -18,7 +18,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, ingress, requestid, responses_state, serving, shutdown, usage
+from proxai import capture, ingress, pools, requestid, responses_state, retry, serving, shutdown, usage
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
@@ -67,12 +67,21 @@ class Proxy:
         self.state = responses_state.build(config, self.metrics)  # None: state.backend none
         self._mock_runner: web.AppRunner | None = None
         self.open_streams = shutdown.OpenStreams()
+        self.resilience = retry.Resilience(config, self.metrics.registry)
+        self._kv = None  # the key-value store of cooldowns and breakers when state.backend is none
 
     # --- lifecycle ---------------------------------------------------------------
 
     async def on_startup(self, app: web.Application) -> None:
         if self.state is not None:
             await self.state.start()  # first: a store that cannot open stops startup (StateError)
+            self.resilience.start(self.state.store)
+        else:
+            from proxai.state.memory import MemoryStore
+
+            self._kv = MemoryStore()
+            await self._kv.open()
+            self.resilience.start(self._kv)
         await self.transport.start()
         if self.demo:
             await self._start_demo_upstreams()
@@ -81,6 +90,8 @@ class Proxy:
         await self.transport.close()
         if self.state is not None:
             await self.state.stop()
+        if self._kv is not None:
+            await self._kv.close()
         if self._mock_runner is not None:
             await self._mock_runner.cleanup()
 
@@ -146,14 +157,36 @@ class Proxy:
         provider = match.provider
         info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
                     upstream_model=match.upstream_model)
+        plan = self.resilience.pools.plan(match)
+        if plan is None:  # one key, no fallbacks: nothing to choose or retry
+            return await self._serve_on(request, protocol, provider, match, body, raw, stream, info)
+        # Every attempt starts from the request as the client sent it.
+        turns: list = []
+
+        async def attempt(provider: ProviderConfig, upstream_model: str) -> web.StreamResponse:
+            target = dataclasses.replace(match, provider=provider, upstream_model=upstream_model)
+            return await self._serve_on(request, protocol, provider, target, dict(body), raw, stream, info, turns)
+
+        conversation = pools.conversation_key(protocol, body)
+        return await self.resilience.serve(plan, info, conversation, attempt)
+
+    async def _serve_on(
+        self, request: web.Request, protocol: str, provider: ProviderConfig, match: RouteMatch,
+        body: dict, raw: bytes, stream: bool, info: dict, turns: list | None = None,
+    ) -> web.StreamResponse:
         if provider.protocol == protocol:
-            if match.upstream_model != model:
+            if match.upstream_model != body["model"]:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
             return await self._passthrough(request, protocol, provider, raw, stream, info)
         turn = None
         if protocol == RESPONSES and self.state is not None:
-            turn = await self.state.begin(request, body, provider.name)  # resolves previous_response_id
+            if turns:  # a retry: the conversation was resolved by the first translated attempt
+                turn, body = turns[0]
+            else:
+                turn = await self.state.begin(request, body, provider.name)  # resolves previous_response_id
+                if turns is not None:
+                    turns.append((turn, body))
         return await self._translate(request, protocol, match, body, stream, info, turn)
 
     async def _passthrough(
@@ -210,6 +243,7 @@ class Proxy:
         requestid.stamp(response.headers, info["request_id"])
         info["status"] = 200
         info["outcome"] = "open"
+        info["_committed"] = True  # from here on no retry or fallback: the client has bytes
         try:
             await response.prepare(request)
         except BaseException:
@@ -245,6 +279,8 @@ class Proxy:
         cap = request.get(CAPTURE_KEY)
         if cap is not None:
             headers = provider_headers(provider, request.headers, stream)
+            if "key" in info:
+                headers["x-proxai-key-fingerprint"] = info["key"]  # which pool key served; not sent upstream
             cap.whole("provider_request", f"POST {upstream_url(provider)} HTTP/1.1", headers.items(), body)
         upstream = await self.transport.send(provider, body, request.headers, stream)
         info["upstream_request_id"] = requestid.upstream_id(upstream.headers)

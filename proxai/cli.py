@@ -253,6 +253,10 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         _print_problems(args.file, exc)
         return 1
     print(f"{args.file}: ok ({len(config.providers)} providers, {len(config.routes)} routes)")
+    from proxai.pools import Pools
+
+    for line in Pools(config).describe(config):
+        print("  " + line)
     return 0
 
 
