@@ -168,7 +168,7 @@ class Proxy:
             return await self._serve_on(request, protocol, provider, target, dict(body), raw, stream, info, turns)
 
         conversation = pools.conversation_key(protocol, body)
-        return await self.resilience.serve(plan, info, conversation, attempt)
+        return await self.resilience.serve(plan, info, conversation, attempt, responses=protocol == RESPONSES)
 
     async def _serve_on(
         self, request: web.Request, protocol: str, provider: ProviderConfig, match: RouteMatch,
@@ -236,6 +236,8 @@ class Proxy:
         except BaseException:
             upstream.close()
             raise
+        if "_response_id" in info:  # a sticky pool notes the conversation's new response id
+            info["_response_id"] = pools.response_id(relay.primed)
         response = web.StreamResponse(status=200)
         response.headers["Content-Type"] = SSE_CONTENT_TYPE
         response.headers["Cache-Control"] = "no-cache"

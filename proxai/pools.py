@@ -61,7 +61,10 @@ class Pool:
             return list(slots)
         strategy = self.strategy
         if strategy == "sticky" and conversation:
-            return sorted(slots, key=lambda s: _rendezvous(conversation, s.fingerprint), reverse=True)
+            ordered = sorted(slots, key=lambda s: _rendezvous(conversation, s.fingerprint), reverse=True)
+            if conversation.startswith("pin:"):  # the key that served the chain's first turn
+                ordered.sort(key=lambda s: s.fingerprint != conversation[4:])
+            return ordered
         if strategy == "weighted":
             first = random.choices(slots, weights=[s.weight for s in slots])[0]
             return [first] + sorted((s for s in slots if s is not first), key=lambda s: -s.weight)
@@ -88,6 +91,10 @@ class Plan:
 
     route: str
     deployments: list[Deployment] = field(default_factory=list)
+
+    @property
+    def sticky(self) -> bool:
+        return any(d.pool.strategy == "sticky" for d in self.deployments)
 
 
 class Pools:
@@ -120,6 +127,15 @@ class Pools:
             ]
             lines.append(f"route {route.name}: {' -> '.join(chain)}")
         return lines
+
+
+_RESPONSE_ID = re.compile(rb'"id"\s*:\s*"(resp_[A-Za-z0-9_-]{1,200})"')
+
+
+def response_id(data: bytes) -> str | None:
+    """The first Responses id in a body or in a stream's first events."""
+    m = _RESPONSE_ID.search(data)
+    return m.group(1).decode() if m else None
 
 
 # Claude Code puts its session in metadata.user_id: "user_<hash>_account_<uuid>_session_<uuid>"

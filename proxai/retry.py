@@ -30,13 +30,15 @@ from prometheus_client import Counter
 from proxai import errors as E
 from proxai.breaker import Health
 from proxai.config import Config, ProviderConfig
+from proxai import pools
 from proxai.pools import Plan, Pools
-from proxai.state import StateStore
+from proxai.state import StateError, StateStore
 from proxai.transport import UpstreamTooLarge
 
 log = logging.getLogger("proxai.pools")
 
 RATE_LIMITED, REFUSED, FAILED = "rate_limited", "refused", "failed"
+CHAIN_TTL_SECS = 24 * 3600  # how long a response id remembers its conversation's key
 _FAILED_STATUSES = frozenset({408, 500, 502, 503, 504, 529})
 
 Attempt = Callable[[ProviderConfig, str], Awaitable[object]]
@@ -135,9 +137,42 @@ class Resilience:
         self.health = Health(store, self.settings, self._registry)
         self.health.register(self.pools.pools)
 
-    async def serve(self, plan: Plan, info: dict, conversation: str | None, attempt: Attempt):
+    async def serve(self, plan: Plan, info: dict, conversation: str | None, attempt: Attempt, *, responses: bool = False):
         health = self.health
         assert health is not None, "resilience not started"
+        chain = responses and plan.sticky
+        if chain:
+            conversation = await self._chain_root(conversation)
+            info["_response_id"] = None
+        response = await self._serve(plan, info, conversation, attempt)
+        if chain and conversation is None and info.get("key"):
+            conversation = "pin:" + info["key"]  # a chain's first turn: later turns follow its key
+        if chain and conversation:
+            rid = info.get("_response_id")
+            if rid is None and isinstance(getattr(response, "body", None), (bytes, bytearray)):
+                rid = pools.response_id(bytes(response.body[:4096]))
+            if rid:
+                await self._remember(rid, conversation)
+        return response
+
+    async def _chain_root(self, conversation: str | None) -> str | None:
+        """A previous_response_id chain keeps the conversation key of its first turn."""
+        if conversation is None or not conversation.startswith("prev:"):
+            return conversation
+        try:
+            root = await self.health.store.kv_get("conv:" + conversation[5:])
+        except StateError:
+            return conversation
+        return root.decode() if root else conversation
+
+    async def _remember(self, response_id: str, conversation: str) -> None:
+        try:
+            await self.health.store.kv_set("conv:" + response_id, conversation.encode(), ttl_secs=CHAIN_TTL_SECS)
+        except StateError as exc:
+            log.warning("sticky conversation not recorded (%s)", exc)
+
+    async def _serve(self, plan: Plan, info: dict, conversation: str | None, attempt: Attempt):
+        health = self.health
         settings = self.settings
         deadline = info.get("_started", time.monotonic()) + settings.deadline_secs
         self.budget.request()

@@ -381,3 +381,28 @@ def test_single_key_routes_keep_todays_behaviour(start_proxy, upstreams):
     assert info.value.response.headers["retry-after"] == "30"
     chat(p)  # no cooldown: nothing else to use
     assert len(up.requests) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("protocol", [RESPONSES, CHAT])
+def test_sticky_keeps_a_previous_response_id_chain_on_one_key(start_proxy, upstreams, protocol, stream):
+    """Responses clients chaining turns by previous_response_id, no prompt_cache_key: every
+    turn goes to the key of the first (passthrough to a Responses provider, or translated
+    to a Chat one with the proxy's store)."""
+    up = upstreams()
+    p = start_proxy(config({"pool": provider(protocol, up.url, [KEY_A, KEY_B, KEY_C], strategy="sticky")}, "pool"))
+    client = p.openai()
+
+    def turn(prev):
+        kw = {"previous_response_id": prev} if prev else {}
+        if not stream:
+            return client.responses.create(model="m", input="hi", **kw).id
+        with client.responses.stream(model="m", input="hi", **kw) as s:
+            return s.get_final_response().id
+
+    for chain in range(3):
+        prev, keys = None, set()
+        for _ in range(3):
+            prev = turn(prev)
+            keys.add(key_of(up.requests[-1]))
+        assert len(keys) == 1, f"chain {chain} used {keys}"
