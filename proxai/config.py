@@ -194,7 +194,7 @@ def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
         problems.extend(_describe(err))
     for name, p in (doc.get("providers") or {}).items():
         if "api_key" not in p and "api_keys" not in p:
-            problems.append((f"providers.{name}.api_key", "required key is missing (api_key, or api_keys for a pool)"))
+            problems.append((f"providers.{name}.api_key", "required key is missing"))
         elif "api_key" in p and "api_keys" in p:
             problems.append((f"providers.{name}.api_keys", "give api_key or api_keys, not both"))
     if problems:
