@@ -11,6 +11,8 @@ and the mock deployments (in this process) fail on a timeline, as fractions of t
   with `Retry-After: 1` during its window): k1 0.10-0.30, k2 0.20-0.45, k3 0.55-0.75,
   k4 0.60-0.80;
 * east dies (every request answers 503) from 0.40 to 0.65, then comes back;
+* while it is down, both of west's keys run out too (0.50-0.58): spare, a Responses
+  provider, serves the Chat client through translation;
 * throughout, 2 % of streams are cut after their first event (the commit point passed:
   these must reach the client as an in-stream error, never be retried).
 
@@ -48,9 +50,11 @@ MARK = re.compile(rb"\[req (\d+)\]")
 SSE = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 JSON = {"Content-Type": "application/json"}
 
-QUOTA_WINDOWS = {"east-k1": (0.10, 0.30), "east-k2": (0.20, 0.45), "east-k3": (0.55, 0.75), "east-k4": (0.60, 0.80)}
+QUOTA_WINDOWS = {"east-k1": (0.10, 0.30), "east-k2": (0.20, 0.45), "east-k3": (0.55, 0.75), "east-k4": (0.60, 0.80),
+                 "west-k1": (0.50, 0.58), "west-k2": (0.50, 0.58)}
 EAST_DEAD = (0.40, 0.65)
 CUT_SHARE = 0.02
+LOG_LEVEL = "warning"
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -78,8 +82,11 @@ class Deployments:
         return (time.monotonic() - self.started) / self.duration
 
     def app(self, name: str) -> web.Application:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.handle(name, request)
+
         app = web.Application()
-        app.router.add_post("/{tail:.*}", lambda request: self.handle(name, request))
+        app.router.add_post("/{tail:.*}", handle)
         return app
 
     async def handle(self, name: str, request: web.Request) -> web.StreamResponse:
@@ -100,7 +107,7 @@ class Deployments:
                                 body=b'{"error":{"message":"quota exceeded","type":"rate_limit_error"}}')
         await asyncio.sleep(self.latency_s)  # the provider's own time to first byte
         body, writes = self.canned[request.path]
-        if b'"stream":true' not in raw:
+        if b'"stream":true' not in raw and b'"stream": true' not in raw:
             self.attempts[marker].append((name, key, "ok"))
             return web.Response(body=body, headers=JSON)
         self._streams += 1
@@ -137,7 +144,7 @@ def proxy_config(urls: dict[str, str], port: int) -> dict:
                                 "fallbacks": ["west", "spare"]}]},
         "resilience": {"max_attempts": 4, "breaker": {"failures": 5, "window_secs": 5, "open_secs": 2}},
         "state": {"backend": "memory"},
-        "logging": {"level": "warning"},
+        "logging": {"level": LOG_LEVEL},
     }
 
 

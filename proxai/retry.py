@@ -219,8 +219,8 @@ class Resilience:
                     if reason == REFUSED:
                         await health.refused(slot, exc.status)
                         continue
-                    log.info("provider %s failed before the first byte (%s, HTTP %d); trying the next deployment",
-                             pool.provider.name, exc.kind, exc.status)
+                    log.info("provider %s failed before the first byte (%s, HTTP %d: %s); trying the next deployment",
+                             pool.provider.name, exc.kind, exc.status, exc.message if exc.kind != "upstream_error" else "-")
                     await health.failed(pool)
                     break
                 finally:
