@@ -135,21 +135,21 @@ class Health:
             rest = retry_after
         rest = max(0.001, min(rest, self.settings.max_cooldown_secs))
         until = time.time() + rest
-        await self.store.kv_set(f"pool:cool:{name}:{fp}", b"%.3f" % until, ttl_secs=rest)
-        self._views.setdefault(name, _View()).cool[fp] = until
+        self._views.setdefault(name, _View()).cool[fp] = until  # this instance rests it even if the store fails
         self.key_events.labels(name, fp, "rested").inc()
         log.info("provider %s key %s rate limited: resting %.1fs", name, fp, rest)
+        await self.store.kv_set(f"pool:cool:{name}:{fp}", b"%.3f" % until, ttl_secs=rest)
         return rest
 
     async def refused(self, slot: KeySlot, status: int) -> None:
         name, fp = slot.provider, slot.fingerprint
         ttl = self.settings.disable_secs
         until = time.time() + ttl
-        await self.store.kv_set(f"pool:off:{name}:{fp}", b"%.3f" % until, ttl_secs=ttl)
         self._views.setdefault(name, _View()).off[fp] = until
         self.key_events.labels(name, fp, "disabled").inc()
         log.error("provider %s REFUSED key %s (HTTP %d): the key is disabled for %gs on every instance; "
                   "check or replace it", name, fp, status, ttl)
+        await self.store.kv_set(f"pool:off:{name}:{fp}", b"%.3f" % until, ttl_secs=ttl)
 
     async def failed(self, pool: Pool) -> None:
         """A 5xx, timeout or broken connection of this deployment."""

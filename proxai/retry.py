@@ -183,7 +183,7 @@ class Resilience:
             pool = deployment.pool
             view = await health.view(pool)
             views.append(view)
-            if not await health.admit(pool, view):
+            if not await _noted(health.admit(pool, view), True):
                 continue
             for slot in pool.order(conversation):
                 if not health.available(view, slot, time.time()):
@@ -214,19 +214,19 @@ class Resilience:
                     self.attempts.labels(pool.provider.name, reason).inc()
                     self.retries.labels(reason).inc()
                     if reason == RATE_LIMITED:
-                        await health.rate_limited(slot, retry_after(exc.headers))
+                        await _noted(health.rate_limited(slot, retry_after(exc.headers)))
                         continue
                     if reason == REFUSED:
-                        await health.refused(slot, exc.status)
+                        await _noted(health.refused(slot, exc.status))
                         continue
                     log.info("provider %s failed before the first byte (%s, HTTP %d: %s); trying the next deployment",
                              pool.provider.name, exc.kind, exc.status, exc.message if exc.kind != "upstream_error" else "-")
-                    await health.failed(pool)
+                    await _noted(health.failed(pool))
                     break
                 finally:
                     slot.in_flight -= 1
                 self.attempts.labels(pool.provider.name, "ok").inc()
-                await health.succeeded(pool, slot)
+                await _noted(health.succeeded(pool, slot))
                 return response
         if last is not None:
             return _give_up(last, info)
@@ -240,6 +240,15 @@ class Resilience:
             f"every provider of route {plan.route!r} is unavailable (circuit breaker open or keys refused)",
             status=503, headers={"retry-after": str(math.ceil(settings.breaker.open_secs))},
         )
+
+
+async def _noted(coro, default=None):
+    """A state store that fails must not fail the request: the pool works on what it knows."""
+    try:
+        return await coro
+    except StateError as exc:
+        log.warning("pool state not shared (%s)", exc)
+        return default
 
 
 def _give_up(last: E.ProxyError | None, info: dict):
