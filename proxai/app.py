@@ -282,7 +282,7 @@ class Proxy:
         if cap is not None:
             headers = provider_headers(provider, request.headers, stream)
             if "key" in info:
-                headers["x-proxai-key-fingerprint"] = info["key"]  # which pool key served; not sent upstream
+                headers["x-proxai-served-by"] = info["key"]  # the pool key's fingerprint; not sent upstream
             cap.whole("provider_request", f"POST {upstream_url(provider)} HTTP/1.1", headers.items(), body)
         upstream = await self.transport.send(provider, body, request.headers, stream)
         info["upstream_request_id"] = requestid.upstream_id(upstream.headers)

@@ -357,11 +357,17 @@ def test_weighted_prefers_the_heavier_key(start_proxy, upstreams):
     assert [key_of(r) for r in up.requests].count(KEY_A) >= 8
 
 
-def test_two_instances_share_a_cooldown_over_one_redis(start_proxy, upstreams, redis_server):
-    redis_server.flush()
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+def test_two_instances_share_a_cooldown(start_proxy, upstreams, backend, request, tmp_path):
+    """Over one real redis-server (instances on several machines), or one SQLite file (--workers)."""
+    if backend == "redis":
+        redis_server = request.getfixturevalue("redis_server")
+        redis_server.flush()
+        state = {"backend": "redis", "url": redis_server.url}
+    else:
+        state = {"backend": "sqlite", "url": str(tmp_path / "state.db")}
     up = upstreams()
-    doc = config({"pool": provider(CHAT, up.url, [KEY_A, KEY_B])}, "pool",
-                 state={"backend": "redis", "url": redis_server.url})
+    doc = config({"pool": provider(CHAT, up.url, [KEY_A, KEY_B])}, "pool", state=state)
     first, second = start_proxy(doc), start_proxy(doc)
     up.enqueue(rate_limited("30"))
     chat(first)
@@ -406,3 +412,33 @@ def test_sticky_keeps_a_previous_response_id_chain_on_one_key(start_proxy, upstr
             prev = turn(prev)
             keys.add(key_of(up.requests[-1]))
         assert len(keys) == 1, f"chain {chain} used {keys}"
+
+
+def test_least_in_flight_avoids_the_busy_key(harness, start_proxy, upstreams):
+    up = upstreams()
+    p = start_proxy(config({"pool": provider(CHAT, up.url, [KEY_A, KEY_B], strategy="least_in_flight")}, "pool"))
+    slots = p.proxy.resilience.pools.pools["pool"].slots
+    slots[0].in_flight = 5  # A is busy with five open requests
+    try:
+        for _ in range(4):
+            chat(p)
+    finally:
+        slots[0].in_flight = 0
+    assert [key_of(r) for r in up.requests] == [KEY_B] * 4
+    assert all(s.in_flight == 0 for s in slots)  # every finished attempt gave its slot back
+
+
+def test_the_capture_names_the_key_fingerprint_never_the_key(start_proxy, upstreams):
+    up = upstreams()
+    doc = config({"pool": provider(CHAT, up.url, [KEY_A, KEY_B])}, "pool")
+    doc["capture"] = {"provider_request": True}
+    p = start_proxy(doc)
+    up.enqueue(rate_limited("30"))
+    raw = p.openai().chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    request_id = raw.headers["x-request-id"]
+    from proxai import capture
+
+    text = capture.file_path(p.proxy.recorder.root, request_id, "provider_request").read_text()
+    assert f"x-proxai-served-by: {fingerprint(KEY_B)}" in text
+    assert KEY_A not in text and KEY_B not in text
+    assert "x-proxai-served-by" not in up.requests[-1].headers  # never sent upstream
