@@ -7,7 +7,6 @@ import io
 import json
 import logging
 import socket
-import threading
 import time
 
 import pytest

@@ -9,12 +9,10 @@ import socket
 import threading
 import time
 
-import pytest
-
 from harness import default_config
 from proxai.mock import Error, Text, Turn
 from server_process import ServerProcess
-from test_stream_integrity import ANTHROPIC, CHAT, PATH, RESPONSES, SHORT, request_body
+from test_stream_integrity import ANTHROPIC, CHAT, PATH, RESPONSES, request_body
 
 
 def _config(harness, **server) -> dict:

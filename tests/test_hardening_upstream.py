@@ -15,7 +15,7 @@ from aiohttp import web
 from harness import _serve
 from proxai.mock import Text, Turn
 from test_passthrough_e2e import raw_post
-from test_stream_integrity import ANTHROPIC, CHAT, PATH, RESPONSES, SHORT, request_body
+from test_stream_integrity import ANTHROPIC, CHAT, PATH, request_body
 from test_upstream_faults import _point, error_of, post
 
 
@@ -286,7 +286,6 @@ def test_metrics_loopback_only_accepts_an_ipv4_mapped_loopback_client():
 def test_metrics_loopback_only_on_a_dual_stack_socket(harness):
     import socket
 
-    from harness import ProxyHandle
     from proxai.app import build_app, make_runner
     from proxai.config import load_dict
 
