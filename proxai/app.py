@@ -68,20 +68,13 @@ class Proxy:
         self._mock_runner: web.AppRunner | None = None
         self.open_streams = shutdown.OpenStreams()
         self.resilience = retry.Resilience(config, self.metrics.registry)
-        self._kv = None  # the key-value store of cooldowns and breakers when state.backend is none
 
     # --- lifecycle ---------------------------------------------------------------
 
     async def on_startup(self, app: web.Application) -> None:
         if self.state is not None:
             await self.state.start()  # first: a store that cannot open stops startup (StateError)
-            self.resilience.start(self.state.store)
-        else:
-            from proxai.state.memory import MemoryStore
-
-            self._kv = MemoryStore()
-            await self._kv.open()
-            self.resilience.start(self._kv)
+        await self.resilience.start(self.state.store if self.state is not None else None)
         await self.transport.start()
         if self.demo:
             await self._start_demo_upstreams()
@@ -90,8 +83,7 @@ class Proxy:
         await self.transport.close()
         if self.state is not None:
             await self.state.stop()
-        if self._kv is not None:
-            await self._kv.close()
+        await self.resilience.stop()
         if self._mock_runner is not None:
             await self._mock_runner.cleanup()
 
@@ -107,6 +99,7 @@ class Proxy:
         port = runner.addresses[0][1]
         self.config = demo_config(f"http://127.0.0.1:{port}", self.config.server, self.config.capture)
         self.router = Router(self.config)
+        self.resilience.pools = pools.Pools(self.config)
 
     # --- request handling ------------------------------------------------------------
 

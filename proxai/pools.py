@@ -104,9 +104,9 @@ class Pools:
 
     def plan(self, match: RouteMatch) -> Plan | None:
         """None when the route has one key and no fallbacks: nothing to choose or retry."""
-        primary = self.pools[match.provider.name]
+        primary = self.pools.get(match.provider.name)
         fallbacks = self._fallbacks.get(match.route, ())
-        if not fallbacks and len(primary.slots) == 1:
+        if primary is None or not fallbacks and len(primary.slots) == 1:
             return None
         plan = Plan(match.route, [Deployment(primary, match.upstream_model)])
         for fb in fallbacks:

@@ -19,6 +19,7 @@ load when a provider struggles: once it is spent, the failure goes to the client
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import logging
 import math
@@ -121,6 +122,8 @@ class Resilience:
         self.budget = RetryBudget(self.settings.retry_budget_ratio, self.settings.retry_budget_min_per_sec)
         self._registry = registry
         self.health: Health | None = None
+        self._own: StateStore | None = None
+        self._sweeper: asyncio.Task | None = None
         self.attempts = Counter(
             "proxai_upstream_attempts", "Upstream attempts of pooled routes by provider and outcome",
             ("provider", "outcome"), registry=registry,
@@ -133,9 +136,33 @@ class Resilience:
             registry=registry,
         )
 
-    def start(self, store: StateStore) -> None:
+    async def start(self, store: StateStore | None) -> None:
+        """`store`: the state store; None (state.backend none): an in-process one of our own."""
+        if store is None:
+            from proxai.state.memory import MemoryStore
+
+            store = self._own = MemoryStore()
+            await store.open()
+            self._sweeper = asyncio.ensure_future(self._sweep(store))
         self.health = Health(store, self.settings, self._registry)
         self.health.register(self.pools.pools)
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._own is not None:
+            await self._own.close()
+            self._own = None
+
+    @staticmethod
+    async def _sweep(store: StateStore) -> None:
+        while True:
+            await asyncio.sleep(60)
+            try:
+                await store.sweep()
+            except StateError:
+                pass
 
     async def serve(self, plan: Plan, info: dict, conversation: str | None, attempt: Attempt, *, responses: bool = False):
         health = self.health

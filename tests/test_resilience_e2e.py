@@ -442,3 +442,22 @@ def test_the_capture_names_the_key_fingerprint_never_the_key(start_proxy, upstre
     assert f"x-proxai-served-by: {fingerprint(KEY_B)}" in text
     assert KEY_A not in text and KEY_B not in text
     assert "x-proxai-served-by" not in up.requests[-1].headers  # never sent upstream
+
+
+def test_pools_work_with_the_state_store_off(start_proxy, upstreams):
+    """state.backend none: cooldowns live in an in-process store of the pool's own."""
+    up = upstreams()
+    p = start_proxy(config({"pool": provider(CHAT, up.url, [KEY_A, KEY_B])}, "pool", state={"backend": "none"}))
+    up.enqueue(rate_limited("30"))
+    chat(p)
+    chat(p)
+    assert [key_of(r) for r in up.requests] == [KEY_A, KEY_B, KEY_B]
+
+
+def test_demo_mode_still_serves(harness):
+    p = harness.start_demo()
+    try:
+        reply = p.openai().chat.completions.create(model="demo", messages=[{"role": "user", "content": "hi"}])
+        assert reply.choices[0].message.content.startswith("Hello from the ProxAI demo")
+    finally:
+        p.stop()
