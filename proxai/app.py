@@ -161,6 +161,7 @@ class Proxy:
             return await self._serve_on(request, protocol, provider, target, dict(body), raw, stream, info, turns)
 
         conversation = pools.conversation_key(protocol, body)
+        info["_pooled"] = True
         return await self.resilience.serve(plan, info, conversation, attempt, responses=protocol == RESPONSES)
 
     async def _serve_on(
@@ -229,6 +230,11 @@ class Proxy:
         except BaseException:
             upstream.close()
             raise
+        if "_pooled" in info and relay.observer.failed:
+            # The stream opened with an error event (Anthropic's overloaded_error): nothing went
+            # to the client yet, so a pooled route may still try another key or provider.
+            upstream.close()
+            raise E.UpstreamError(f"provider {relay.provider_name!r} opened its stream with an error event", status=503)
         if "_response_id" in info:  # a sticky pool notes the conversation's new response id
             info["_response_id"] = pools.response_id(relay.primed)
         response = web.StreamResponse(status=200)

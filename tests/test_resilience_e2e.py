@@ -461,3 +461,18 @@ def test_demo_mode_still_serves(harness):
         assert reply.choices[0].message.content.startswith("Hello from the ProxAI demo")
     finally:
         p.stop()
+
+
+def test_a_stream_opening_with_an_error_event_falls_back(start_proxy, upstreams):
+    """Anthropic answers 200 and then `event: error` (overloaded) as its first event: no byte
+    reached the client yet, so the next provider serves."""
+    ant, chat_up = upstreams(), upstreams()
+    p = start_proxy(config(
+        {"ant": provider(ANTHROPIC, ant.url, max_tokens_default=256), "chat": provider(CHAT, chat_up.url)},
+        "ant", ["chat"],
+    ))
+    ant.enqueue(Stream(events=[("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})]))
+    chat_up.enqueue(Turn([Text("the chat provider answered", chunks=["the chat ", "provider answered"])]))
+    text, error = _stream_text(p)
+    assert error is None and text == "the chat provider answered"
+    assert len(ant.requests) == 1 and chat_up.requests[0].body["stream"] is True
