@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import json
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +38,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import aiohttp
-import orjson
 import yaml
 from aiohttp import web
 
@@ -207,8 +207,6 @@ async def run(duration: float, rate: float, concurrency: int, latency_ms: float,
     config_file = workdir / "faults.yaml"
     config_file.write_text(yaml.safe_dump(proxy_config(urls, port), sort_keys=False))
     log = open(workdir / "proxy.log", "wb")
-    import subprocess
-
     proc = subprocess.Popen([PYTHON, str(ROOT / "server.py"), "--config", str(config_file)], cwd=ROOT, env=_env(),
                             stdout=log, stderr=subprocess.STDOUT)
     try:

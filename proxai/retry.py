@@ -8,8 +8,8 @@ event was relayed) moves on:
 * 429: the key rests for Retry-After (or a doubling backoff); the next key is tried.
 * 401/403: the key is disabled (a loud log line); the next key is tried.
 * 5xx, 408, 529, timeouts, unreachable, a connection closed or a stream ended before
-  its first event: the deployment's breaker counts it; the next deployment is tried
-  (its other keys share the outage).
+  its first event, or a stream that opened with an error event: the deployment's
+  breaker counts it; the next deployment is tried (its other keys share the outage).
 * anything else (a 400, a translation error) is the client's answer as it is.
 
 Bounds: `max_attempts` tries, none started after `deadline_secs`, and retries draw on

@@ -108,7 +108,7 @@ def test_every_key_resting_answers_429_with_the_soonest_retry_after(start_proxy,
     up = upstreams()
     p = start_proxy(config({"pool": provider(CHAT, up.url, [KEY_A, KEY_B])}, "pool"))
     up.enqueue(rate_limited("30"), rate_limited("10"))
-    with pytest.raises(openai.RateLimitError) as info:
+    with pytest.raises(openai.RateLimitError):
         chat(p)
     assert [key_of(r) for r in up.requests] == [KEY_A, KEY_B]
     # Both rest: the next request is answered without calling the provider.
