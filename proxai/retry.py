@@ -226,6 +226,8 @@ class Resilience:
                         self.budget_exhausted.labels("budget").inc()
                         return _give_up(last, info)
                 tried += 1
+                for stale in ("translation_error", "upstream_request_id"):  # an earlier attempt's
+                    info.pop(stale, None)
                 info.update(provider=pool.provider.name, provider_protocol=pool.provider.protocol,
                             upstream_model=deployment.upstream_model, key=slot.fingerprint, attempts=tried)
                 slot.in_flight += 1
