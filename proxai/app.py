@@ -18,7 +18,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, readiness, reload, requestid, responses_state, serving, shutdown, tracing, usage
+from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -71,6 +71,7 @@ class Proxy:
             self.readiness.add("demo_upstreams", lambda: None if self.live.router is not None else "starting")
         self._mock_runner: web.AppRunner | None = None
         self.open_streams = shutdown.OpenStreams()
+        self.resilience = retry.Resilience(config, self.metrics.registry)
 
     # --- the generation (config, router, rules) the current request started on ---------
 
@@ -104,6 +105,7 @@ class Proxy:
         phases = [phase for phase, on in generation.config.capture.items() if on]
         if set(phases) != set(self.recorder.phases if self.recorder else ()):
             self.recorder = capture.Recorder(phases) if phases else None
+        self.resilience.pools = pools.Pools(generation.config)  # providers and keys may have changed
         self.live = generation
 
     # --- lifecycle ---------------------------------------------------------------
@@ -111,6 +113,7 @@ class Proxy:
     async def on_startup(self, app: web.Application) -> None:
         if self.state is not None:
             await self.state.start()  # first: a store that cannot open stops startup (StateError)
+        await self.resilience.start(self.state.store if self.state is not None else None)
         await self.transport.start()
         if self.demo:
             await self._start_demo_upstreams()
@@ -120,6 +123,7 @@ class Proxy:
         if self.state is not None:
             await self.state.stop()
         self.tracing.shutdown()
+        await self.resilience.stop()
         if self._mock_runner is not None:
             await self._mock_runner.cleanup()
 
@@ -135,6 +139,7 @@ class Proxy:
         port = runner.addresses[0][1]
         config = demo_config(f"http://127.0.0.1:{port}", self.config.server, self.config.capture)
         self.live = dataclasses.replace(self.live, config=config, router=Router(config))
+        self.resilience.pools = pools.Pools(config)
 
     # --- request handling ------------------------------------------------------------
 
@@ -188,14 +193,37 @@ class Proxy:
         provider = match.provider
         info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
                     upstream_model=match.upstream_model)
+        plan = self.resilience.pools.plan(match)
+        if plan is None:  # one key, no fallbacks: nothing to choose or retry
+            return await self._serve_on(request, protocol, provider, match, body, raw, stream, info)
+        # Every attempt starts from the request as the client sent it.
+        turns: list = []
+
+        async def attempt(provider: ProviderConfig, upstream_model: str) -> web.StreamResponse:
+            target = dataclasses.replace(match, provider=provider, upstream_model=upstream_model)
+            return await self._serve_on(request, protocol, provider, target, dict(body), raw, stream, info, turns)
+
+        conversation = pools.conversation_key(protocol, body)
+        info["_pooled"] = True
+        return await self.resilience.serve(plan, info, conversation, attempt, responses=protocol == RESPONSES)
+
+    async def _serve_on(
+        self, request: web.Request, protocol: str, provider: ProviderConfig, match: RouteMatch,
+        body: dict, raw: bytes, stream: bool, info: dict, turns: list | None = None,
+    ) -> web.StreamResponse:
         if provider.protocol == protocol:
-            if match.upstream_model != model:
+            if match.upstream_model != body["model"]:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
             return await self._passthrough(request, protocol, provider, raw, stream, info, query=request.rel_url.raw_query_string)
         turn = None
         if protocol == RESPONSES and self.state is not None:
-            turn = await self.state.begin(request, body, provider.name)  # resolves previous_response_id
+            if turns:  # a retry: the conversation was resolved by the first translated attempt
+                turn, body = turns[0]
+            else:
+                turn = await self.state.begin(request, body, provider.name)  # resolves previous_response_id
+                if turns is not None:
+                    turns.append((turn, body))
         return await self._translate(request, protocol, match, body, stream, info, turn)
 
     async def _passthrough(
@@ -249,6 +277,13 @@ class Proxy:
         except BaseException:
             upstream.close()
             raise
+        if "_pooled" in info and relay.observer.failed:
+            # The stream opened with an error event (Anthropic's overloaded_error): nothing went
+            # to the client yet, so a pooled route may still try another key or provider.
+            upstream.close()
+            raise E.UpstreamError(f"provider {relay.provider_name!r} opened its stream with an error event", status=503)
+        if "_response_id" in info:  # a sticky pool notes the conversation's new response id
+            info["_response_id"] = pools.response_id(relay.primed)
         response = web.StreamResponse(status=200)
         response.headers["Content-Type"] = SSE_CONTENT_TYPE
         response.headers["Cache-Control"] = "no-cache"
@@ -257,6 +292,7 @@ class Proxy:
         response.headers.update(info.get("_headers") or {})
         info["status"] = 200
         info["outcome"] = "open"
+        info["_committed"] = True  # from here on no retry or fallback: the client has bytes
         try:
             await response.prepare(request)
         except BaseException:
@@ -294,6 +330,8 @@ class Proxy:
         cap = request.get(CAPTURE_KEY)
         if cap is not None:
             headers = provider_headers(provider, request.headers, stream)
+            if "key" in info:
+                headers["x-proxai-served-by"] = info["key"]  # the pool key's fingerprint; not sent upstream
             cap.whole("provider_request", f"POST {upstream_url(provider, suffix, query)} HTTP/1.1", headers.items(), body)
         trace_headers = self.tracing.upstream_start(info, provider.name, provider.protocol, info.get("upstream_model") or "")
         upstream = await self.transport.send(provider, body, request.headers, stream, trace_headers, suffix=suffix, query=query)

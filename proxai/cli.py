@@ -191,6 +191,7 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
     from proxai.app import PROXY_KEY, make_runner
 
     from proxai import serving
+    from proxai.state import StateError
 
     serving.install_fd_exhaustion_log(asyncio.get_running_loop())
     fd_watch = asyncio.ensure_future(serving.watch_fds())
@@ -200,6 +201,7 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
     try:
         await runner.setup()
     except StateError as exc:
+        fd_watch.cancel()
         print(f"proxai: the state store cannot open: {exc}", file=sys.stderr)
         return 1
     try:
@@ -279,6 +281,10 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
         print(f"{args.file}: {where}{exc}", file=sys.stderr)
         return 1
     print(f"{args.file}: ok ({len(config.providers)} providers, {len(config.routes)} routes)")
+    from proxai.pools import Pools
+
+    for line in Pools(config).describe(config):
+        print("  " + line)
     return 0
 
 

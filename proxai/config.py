@@ -95,6 +95,10 @@ class ProviderConfig:
     hosted_tools: str = "drop"
     reasoning: str = "forward"
     max_output_tokens: int | None = None
+    # A key pool (README "Resilient routing"): api_keys in place of api_key; api_key is then the first.
+    api_keys: tuple[str, ...] = ()
+    key_weights: tuple[float, ...] = ()  # one per api_keys entry (weighted strategy)
+    strategy: str = "round_robin"  # round_robin | weighted | least_in_flight | sticky
 
     def __repr__(self) -> str:  # never show the key
         return f"ProviderConfig(name={self.name!r}, protocol={self.protocol!r}, base_url={self.base_url!r})"
@@ -112,6 +116,35 @@ class RouteConfig:
     hosted_tools: str | None = None
     reasoning: str | None = None
     max_output_tokens: int | None = None
+    fallbacks: tuple["Fallback", ...] = ()  # tried in order after `provider`
+
+
+@dataclass(frozen=True)
+class Fallback:
+    provider: str
+    upstream_model: str | None = None  # None: the route's upstream model (or the client's model)
+
+
+@dataclass(frozen=True)
+class BreakerConfig:
+    failures: int = 5  # 5xx/timeouts within window_secs that open a deployment's breaker
+    window_secs: float = 30.0
+    open_secs: float = 30.0  # then one half-open probe
+
+
+@dataclass(frozen=True)
+class ResilienceConfig:
+    """Retries, cooldowns and breakers (README "Resilient routing")."""
+
+    max_attempts: int = 3  # tries of one request, the first included
+    deadline_secs: float = 60.0  # no new attempt starts later than this after the request arrived
+    retry_budget_ratio: float = 0.2  # retries allowed per request served (over ~10 s) ...
+    retry_budget_min_per_sec: float = 5.0  # ... plus this floor, so a quiet proxy can still retry
+    cooldown_secs: float = 5.0  # a 429 without Retry-After rests the key this long, doubling per repeat
+    max_cooldown_secs: float = 600.0
+    disable_secs: float = 3600.0  # a key the provider refused (401/403) is left out this long
+    sync_secs: float = 0.5  # how stale the shared view of cooldowns and breakers may be
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
 
 
 @dataclass(frozen=True)
@@ -140,6 +173,7 @@ class Config:
     log_format: str = "human"
     state: StateConfig = field(default_factory=StateConfig)
     tracing: TracingConfig = field(default_factory=TracingConfig)
+    resilience: ResilienceConfig = field(default_factory=ResilienceConfig)
     source: str | None = None  # the file it came from; None in demo mode
 
 
@@ -187,6 +221,11 @@ def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
     validator = jsonschema.Draft202012Validator(schema())
     for err in sorted(validator.iter_errors(doc), key=lambda e: [str(x) for x in e.absolute_path]):
         problems.extend(_describe(err))
+    for name, p in (doc.get("providers") or {}).items():
+        if "api_key" not in p and "api_keys" not in p:
+            problems.append((f"providers.{name}.api_key", "required key is missing"))
+        elif "api_key" in p and "api_keys" in p:
+            problems.append((f"providers.{name}.api_keys", "give api_key or api_keys, not both"))
     if problems:
         raise ConfigError(_dedupe(problems))
     cfg = _build(doc)
@@ -294,7 +333,7 @@ def _describe(err: jsonschema.ValidationError) -> list[tuple[str, str]]:
         return [(dotted(path), "must not be empty")]
     message = err.message
     # Never echo a secret value back into an error message.
-    if path and path[-1] in ("api_key", "secret") or (len(path) >= 2 and path[-2] == "api_keys"):
+    if path and path[-1] in ("api_key", "secret") or "api_keys" in path:
         message = f"invalid value ({err.validator})"
     return [(dotted(path), message)]
 
@@ -314,10 +353,7 @@ def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def _build(doc: dict[str, Any]) -> Config:
     server = doc.get("server", {})
-    providers = {
-        name: ProviderConfig(name=name, **{k: tuple(v) if k == "models" else v for k, v in p.items()})
-        for name, p in doc.get("providers", {}).items()
-    }
+    providers = {name: _provider(name, p) for name, p in doc.get("providers", {}).items()}
     routing = doc.get("routing", {})
     routes = tuple(
         RouteConfig(
@@ -330,6 +366,10 @@ def _build(doc: dict[str, Any]) -> Config:
             hosted_tools=r.get("hosted_tools"),
             reasoning=r.get("reasoning"),
             max_output_tokens=r.get("max_output_tokens"),
+            fallbacks=tuple(
+                Fallback(f) if isinstance(f, str) else Fallback(f["provider"], f.get("upstream_model"))
+                for f in r.get("fallbacks", ())
+            ),
         )
         for i, r in enumerate(routing.get("routes", []))
     )
@@ -358,11 +398,40 @@ def _build(doc: dict[str, Any]) -> Config:
         log_format=doc.get("logging", {}).get("format", "human"),
         state=StateConfig(**doc.get("state", {})),
         tracing=TracingConfig(**doc.get("tracing", {})),
+        resilience=_resilience(doc.get("resilience", {})),
     )
+
+
+def _provider(name: str, p: dict[str, Any]) -> ProviderConfig:
+    fields = {k: tuple(v) if k == "models" else v for k, v in p.items()}
+    pool = fields.pop("api_keys", None)
+    if pool is not None:
+        keys = tuple(k if isinstance(k, str) else k["key"] for k in pool)
+        weights = tuple(1.0 if isinstance(k, str) else float(k.get("weight", 1)) for k in pool)
+        fields.update(api_keys=keys, key_weights=weights)
+        fields.setdefault("api_key", keys[0] if keys else "")
+    else:
+        fields.setdefault("api_key", "")
+        fields.update(api_keys=(fields["api_key"],), key_weights=(1.0,))
+    return ProviderConfig(name=name, **fields)
+
+
+def _resilience(doc: dict[str, Any]) -> ResilienceConfig:
+    fields = dict(doc)
+    fields["breaker"] = BreakerConfig(**fields.get("breaker", {}))
+    return ResilienceConfig(**fields)
 
 
 _ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling", "thinking_mode")
 _CHAT_ONLY = ("max_tokens_field",)
+
+
+def _check_pool(name: str, p: ProviderConfig, problems: list[tuple[str, str]]) -> None:
+    base = f"providers.{name}"
+    if not p.api_keys:
+        problems.append((f"{base}.api_keys", "an empty pool: list at least one key"))
+    if len(set(p.api_keys)) != len(p.api_keys):
+        problems.append((f"{base}.api_keys", "the same key is listed twice"))
 
 
 def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
@@ -373,6 +442,7 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
     if not cfg.server.inspector.loopback_only and not cfg.server.api_keys:
         problems.append(("server.inspector.loopback_only", "false needs server.api_keys (the keys /_proxai/ then requires)"))
     for name, p in cfg.providers.items():
+        _check_pool(name, p, problems)
         if p.protocol != ANTHROPIC:
             for key in _ANTHROPIC_ONLY:
                 if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
@@ -391,6 +461,14 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
         base = f"routing.routes[{i}]"
         if route.provider not in cfg.providers:
             problems.append((f"{base}.provider", f"unknown provider {route.provider!r}"))
+        chain = [route.provider]
+        for j, fb in enumerate(route.fallbacks):
+            if fb.provider not in cfg.providers:
+                problems.append((f"{base}.fallbacks[{j}]", f"unknown provider {fb.provider!r}"))
+            elif fb.provider in chain:
+                problems.append((f"{base}.fallbacks[{j}]", "a cycle: provider "
+                                 f"{fb.provider!r} is already in this route's chain ({' -> '.join(chain)})"))
+            chain.append(fb.provider)
         if route.name in names:
             problems.append((f"{base}.name", f"duplicate route name {route.name!r} (also routes[{names[route.name]}])"))
         names.setdefault(route.name, i)

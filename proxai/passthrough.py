@@ -316,6 +316,11 @@ class StreamRelay:
                 raise UpstreamProtocolError(f"provider {self.provider_name!r} sent a malformed first stream event")
             self._pending.extend(out)
 
+    @property
+    def primed(self) -> bytes:
+        """What prime() buffered for the client (its first event or events)."""
+        return b"".join(self._pending)
+
     async def run(self, client: web.StreamResponse) -> str:
         observer = self.observer
         try:
