@@ -370,7 +370,7 @@ def test_demo_mode_is_ready_once_its_upstreams_are_up_and_reloads_its_rules(harn
     p = harness.start_demo()
     try:
         status, _, body = raw_post(p.url, "/readyz", b"", method="GET")
-        assert status == 200 and json.loads(body)["checks"] == {"rules": "ok", "demo_upstreams": "ok"}
+        assert status == 200 and json.loads(body)["checks"] == {"rules": "ok", "state_store": "ok", "demo_upstreams": "ok"}
         reloader = reload.Reloader(p.proxy, lambda: p.proxy.live.config)
         assert harness.loop.run(reloader.reload()) and p.proxy.live.number == 2
         client = p.openai()
