@@ -8,6 +8,7 @@ client got and what the provider received.
 from __future__ import annotations
 
 import base64
+import logging
 
 import anthropic
 import openai
@@ -152,7 +153,7 @@ def test_anthropic_beta_fields_are_dropped_with_a_trace_line(anthropic_client, m
     from test_observability import LogCapture
 
     mock.enqueue(Turn([Text("ok")]))
-    with LogCapture() as cap:
+    with LogCapture(level=logging.DEBUG) as cap:  # one DEBUG line per note; INFO has their count
         out = anthropic_client.beta.messages.create(
             model=f"{provider}/gpt", max_tokens=64, messages=HI, container="container_1",
             context_management={"edits": [{"type": "clear_tool_uses_20250919"}]},
