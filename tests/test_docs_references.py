@@ -88,7 +88,7 @@ def test_every_reference_resolves():
 
 def test_rules_cite_the_docs():
     # The rule files are where users meet these references: they must be found.
-    cited = {path for f in scanned_files(ROOT, ("rules",)) for path, *_ in references(f.read_text())}
+    cited = {path for f in scanned_files(ROOT, ("rules",)) for path, *_ in references(f.read_text(encoding="utf-8"))}
     assert {"docs/mappings.md", "docs/streaming.md", "docs/decisions.md"} <= cited
 
 
