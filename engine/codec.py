@@ -8,7 +8,7 @@ from .errors import InvalidRequest, UpstreamProtocolError
 from .expr import truthy
 from .template import Compiler, Run, Scope
 
-#: values that count as absent for advisory fields (mappings.md "neutral values")
+#: values that count as absent for advisory fields (docs/mappings.md "neutral values")
 NEUTRAL = (None, False, 0, "", [], {})
 
 

@@ -138,7 +138,7 @@ class StreamRun:
 
 
 class BlockSerializer:
-    """Holds later blocks while one is open (decisions.md #11): Anthropic and Responses
+    """Holds later blocks while one is open (docs/decisions.md #11): Anthropic and Responses
     clients assume one open block/item at a time, but a Chat upstream may interleave
     parallel tool calls. The first block streams live; the others follow in start order."""
 

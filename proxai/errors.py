@@ -23,7 +23,7 @@ Exception hierarchy:
 Every ProxyError carries `status`, `message`, and optionally `param`, `code`,
 `error_type` (already in some protocol's vocabulary) and `headers` (upstream
 headers preserved for the client). `render_http` and `render_stream` turn one
-into the bytes a client of a given protocol expects (errors.md, streaming.md §5).
+into the bytes a client of a given protocol expects (docs/errors.md, docs/streaming.md §5).
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ def render_stream(
     response: Mapping[str, Any] | None = None,
     tables: Mapping | None = None,
 ) -> bytes:
-    """The in-stream error for a client of `protocol` after 200 was sent (streaming.md §5).
+    """The in-stream error for a client of `protocol` after 200 was sent (docs/streaming.md §5).
 
     For Responses clients `sequence_number` is the next unused number and
     `response` the last known snapshot (or None); the output is an `error`

@@ -159,7 +159,7 @@ class PassthroughWatch:
             self.failed = True
             return []
         if self.protocol == CHAT and self.finish_seen:
-            # decisions.md #12: several servers omit [DONE] after the finish chunk.
+            # docs/decisions.md #12: several servers omit [DONE] after the finish chunk.
             self.complete = True
             self.clean_eof_without_done = True
             return []

@@ -11,7 +11,7 @@ from .common import parse_data_url
 # --- request decode --------------------------------------------------------------
 
 # Fields nested in blocks and tools that no Chat or Responses slot carries; they
-# only affect caching, cost or display (mappings.md §2, §4).
+# only affect caching, cost or display (docs/mappings.md §2, §4).
 
 
 def data_path(scope):
@@ -22,7 +22,7 @@ def data_path(scope):
 
 def citations_to_annotations(scope, citations=None, text=None):
     """Web-search citations of one text block -> IR url_citation annotations over
-    the block's text (other citation kinds are advisory, mappings.md §3)."""
+    the block's text (other citation kinds are advisory, docs/mappings.md §3)."""
     out = [
         {"type": "url_citation", "url": c.get("url"), "title": c.get("title"),
          "start_index": 0, "end_index": len(text or "")}
@@ -82,7 +82,7 @@ def thinking_budget(scope, budget=None, max_tokens=None):
 def pdf_data(scope):
     """The base64 data of an IR document part bound for a PDF source: a PDF data
     URL, or raw base64 marked as PDF by media type or a ``.pdf`` filename
-    (mappings.md §2). Anything else cannot be expressed."""
+    (docs/mappings.md §2). Anything else cannot be expressed."""
     part = scope.cur
     data = part.get("data") if part.get("source") == "base64" else part.get("url")
     if isinstance(data, str) and data.startswith("data:"):

@@ -7,7 +7,7 @@ the open text-like block, tool argument accumulation and validation).
 
 Stream encoding (IR -> Chat client): ``chat.tool_index`` mints ``tool_calls[].index``;
 ``chat.turn_*`` record the turn's parts so the continuation envelope can be built at
-the end of the stream (continuation.md, Chat carrier).
+the end of the stream (docs/continuation.md, Chat carrier).
 """
 from __future__ import annotations
 
@@ -275,7 +275,7 @@ def reasoning_content(scope, parts=None):
 
 def annotations(scope, parts=None):
     """URL citations of the text parts, offsets shifted onto the concatenated content
-    (mappings.md §3: the one citation kind all three protocols share)."""
+    (docs/mappings.md §3: the one citation kind all three protocols share)."""
     out, offset = [], 0
     for part in parts or ():
         if part.get("type") != "text":

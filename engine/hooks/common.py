@@ -11,13 +11,13 @@ from ..errors import InvalidRequest
 
 
 def json_dumps(scope, value=None):
-    """Compact JSON text, non-ASCII kept (mappings.md §6: lossy only in whitespace)."""
+    """Compact JSON text, non-ASCII kept (docs/mappings.md §6: lossy only in whitespace)."""
     value = scope.cur if value is None else value
     return orjson.dumps(value).decode()
 
 
 def parse_arguments(scope, text=None):
-    """Tool-call arguments (a JSON string) -> object. Empty means ``{}`` (decisions.md #2);
+    """Tool-call arguments (a JSON string) -> object. Empty means ``{}`` (docs/decisions.md #2);
     anything else that is not a JSON object is an error, never ``{}``."""
     if text is None or (isinstance(text, str) and not text.strip()):
         return {}
@@ -68,7 +68,7 @@ def join(scope, values=None, sep=""):
 
 
 def prefixed(scope, prefix="", value=None):
-    """Minted ids derive from the upstream id (mappings.md §14): ``<prefix><upstream id>``."""
+    """Minted ids derive from the upstream id (docs/mappings.md §14): ``<prefix><upstream id>``."""
     return f"{prefix}{value}" if value is not None else None
 
 

@@ -185,7 +185,7 @@ def dec_delta(scope, key=None, kind=None, delta=None):
 
 
 def dec_done(scope, key=None, kind=None, text=None):
-    """A `*.done` event: when no delta came, its full value is the one delta (streaming.md §7);
+    """A `*.done` event: when no delta came, its full value is the one delta (docs/streaming.md §7);
     otherwise the accumulated value is authoritative and a mismatch is only traced."""
     state = _dec(scope)
     block = state["blocks"].get(str(key))
@@ -329,7 +329,7 @@ def enc_start(scope, id=None, model=None, created=None):
     the source had none), the upstream model, created_at (now when the source had none)."""
     state = _enc(scope)
     upstream = id if isinstance(id, str) and id else uuid.uuid4().hex
-    state["rid"] = f"resp_{upstream}"  # the upstream prefix is not stripped (mappings.md §14)
+    state["rid"] = f"resp_{upstream}"  # the upstream prefix is not stripped (docs/mappings.md §14)
     state["k"] = upstream
     state["model"] = model if model is not None else scope.ctx.upstream_model
     state["created_at"] = int(created) if isinstance(created, (int, float)) else int(time.time())
