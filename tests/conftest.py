@@ -138,6 +138,12 @@ SLOW_MODULES = frozenset({
     "test_load.py", "test_fuzz.py", "test_workers.py", "test_bench_smoke.py",
     "test_expr_closures.py", "test_sse_properties.py",  # property-based: hundreds of examples each
     "test_stream_integrity.py", "test_upstream_faults.py",  # long streams, stalls and timeouts
+    # real processes, signals, fd limits, bombs and soaks; stalled uploads wait out their deadline
+    "test_hardening_process.py", "test_hardening_bombs.py", "test_hardening_ingress.py", "test_hardening_upstream.py",
+    "test_state_processes.py", "test_resilience_processes.py", "test_bench_faults.py", "test_bench_cache_smoke.py",
+    "test_inspector_browser.py",  # headless Chromium
+    "test_real_clients.py",  # the real coding-agent CLIs
+    "test_corpus_fidelity.py", "test_corpus_replay_e2e.py",  # every recorded item toward every protocol
 })
 SLOW_TESTS = frozenset({  # module::function (every parametrization)
     "test_cli.py::test_server_py_demo_mode_serves_everything_out_of_the_box",

@@ -82,6 +82,9 @@ def test_chat_eof_after_finish_reason_without_done_is_complete(openai_client, mo
     mock.enqueue(Turn([Text("Paris.")], omit_done=True))
     chunks = list(openai_client.chat.completions.create(model="chat/m", messages=MESSAGES, stream=True))
     assert chunks[-1].choices[0].finish_reason == "stop"
+    deadline = time.monotonic() + 3  # the summary line follows the stream's last byte
+    while "outcome=" not in caplog.text and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert "outcome=complete_without_done" in caplog.text
 
 
