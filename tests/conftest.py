@@ -27,13 +27,19 @@ from harness import Harness, ProxyHandle  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _proxai_home(tmp_path_factory):
-    """Proxies started by tests keep their files (the state database) in a temporary home."""
+def _proxai_home():
+    """Proxies started by tests keep their files (the state database) in a temporary home.
+    Not under pytest's numbered base temp: another pytest run on the machine prunes old
+    ones, which would pull the database out from under this run."""
     import os
+    import shutil
+    import tempfile
 
     previous = os.environ.get("PROXAI_HOME")
-    os.environ["PROXAI_HOME"] = str(tmp_path_factory.mktemp("proxai-home"))
+    home = tempfile.mkdtemp(prefix="proxai-test-home-")
+    os.environ["PROXAI_HOME"] = home
     yield
+    shutil.rmtree(home, ignore_errors=True)
     if previous is None:
         os.environ.pop("PROXAI_HOME", None)
     else:
@@ -174,6 +180,8 @@ SLOW_TESTS = frozenset({  # module::function (every parametrization)
 def pytest_collection_modifyitems(config, items):
     for item in items:
         name = getattr(item, "originalname", None) or item.name
+        backend = getattr(getattr(item, "callspec", None), "params", {}).get("backend")
         if (item.path.name in SLOW_MODULES or f"{item.path.name}::{name}" in SLOW_TESTS
+                or backend in ("sqlite", "redis")  # the memory backend stays in the quick tier
                 or any(item.get_closest_marker(m) for m in SLOW_MARKERS)):
             item.add_marker(pytest.mark.slow)
