@@ -349,11 +349,11 @@ class Proxy:
 
     # --- translation -------------------------------------------------------------------
 
-    async def _translate(
-        self, request: web.Request, protocol: str, match: RouteMatch, body: dict, stream: bool, info: dict, turn=None
-    ) -> web.StreamResponse:
+    def translation_context(self, request: web.Request, protocol: str, match: RouteMatch, body: dict) -> engine.Context:
+        """The engine's view of one translated request: the provider's options and the
+        route's model capabilities (generation and token counting share it)."""
         provider = match.provider
-        ctx = engine.Context(
+        return engine.Context(
             client_protocol=protocol,
             provider_protocol=provider.protocol,
             provider_name=provider.name,
@@ -368,6 +368,12 @@ class Proxy:
             **caching_context(provider, request.headers, self.config.continuation_secret),
             **model_capabilities(match),
         )
+
+    async def _translate(
+        self, request: web.Request, protocol: str, match: RouteMatch, body: dict, stream: bool, info: dict, turn=None
+    ) -> web.StreamResponse:
+        provider = match.provider
+        ctx = self.translation_context(request, protocol, match, body)
         info["_traces"] = ctx.traces
         try:
             with self.tracing.span("translate request", info):

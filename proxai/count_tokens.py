@@ -94,7 +94,7 @@ async def count(proxy, protocol: str, request: web.Request, info: dict, raw: byt
         payload = raw if match.upstream_model == model else dump_json(dict(body, model=match.upstream_model))
         query = request.rel_url.raw_query_string
     else:
-        payload = dump_json(_translate(proxy, protocol, match, body, info))
+        payload = dump_json(_translate(proxy, request, protocol, match, body, info))
         query = ""
     upstream = await proxy._send(request, provider, payload, False, info,
                                  suffix=SUFFIX[provider.protocol], query=query)
@@ -111,24 +111,10 @@ async def count(proxy, protocol: str, request: web.Request, info: dict, raw: byt
     return _respond(200, orjson.dumps(_shape(protocol, tokens)), upstream.headers, info)
 
 
-def _translate(proxy, protocol: str, match, body: dict, info: dict) -> dict[str, Any]:
-    from proxai.app import model_capabilities  # the app imports this module to register its routes
-
+def _translate(proxy, request: web.Request, protocol: str, match, body: dict, info: dict) -> dict[str, Any]:
     provider = match.provider
     source = body if protocol != ANTHROPIC or "max_tokens" in body else {**body, "max_tokens": _PLACEHOLDER_MAX_TOKENS}
-    ctx = engine.Context(
-        client_protocol=protocol,
-        provider_protocol=provider.protocol,
-        provider_name=provider.name,
-        upstream_model=match.upstream_model,
-        client_body=source,
-        continuation_enabled=proxy.config.continuation_enabled,
-        continuation_secret=proxy.config.continuation_secret,
-        max_tokens_default=provider.max_tokens_default,
-        drop_sampling=provider.drop_sampling,
-        max_tokens_field=provider.max_tokens_field,
-        **model_capabilities(match),
-    )
+    ctx = proxy.translation_context(request, protocol, match, source)
     info["_traces"] = ctx.traces
     try:
         translated = proxy.engine.translate_request(ctx, source)
