@@ -26,24 +26,31 @@ if str(TESTS) not in sys.path:
 from harness import Harness, ProxyHandle  # noqa: E402
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _proxai_home():
-    """Proxies started by tests keep their files (the state database) in a temporary home.
-    Not under pytest's numbered base temp: another pytest run on the machine prunes old
-    ones, which would pull the database out from under this run."""
-    import os
-    import shutil
+import os  # noqa: E402
+import tempfile as _tempfile  # noqa: E402
+
+# Proxies started by session- or module-scoped fixtures (before any test's own home) use this one.
+_HOMES: list[str] = [_tempfile.mkdtemp(prefix="proxai-test-home-")]
+os.environ["PROXAI_HOME"] = _HOMES[0]
+
+
+@pytest.fixture(autouse=True)
+def _proxai_home(monkeypatch):
+    """Each test's proxies keep their files (the default sqlite state database) in a home of
+    their own, so no test sees another's database. Not under pytest's numbered base temp,
+    which another pytest run on the machine may prune; all are removed at the end."""
     import tempfile
 
-    previous = os.environ.get("PROXAI_HOME")
     home = tempfile.mkdtemp(prefix="proxai-test-home-")
-    os.environ["PROXAI_HOME"] = home
-    yield
-    shutil.rmtree(home, ignore_errors=True)
-    if previous is None:
-        os.environ.pop("PROXAI_HOME", None)
-    else:
-        os.environ["PROXAI_HOME"] = previous
+    _HOMES.append(home)
+    monkeypatch.setenv("PROXAI_HOME", home)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    import shutil
+
+    for home in _HOMES:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def _share_the_sdk_trust_store() -> None:
@@ -67,7 +74,7 @@ _share_the_sdk_trust_store()
 
 
 @pytest.fixture(scope="session")
-def harness(_proxai_home):
+def harness():
     h = Harness.start()
     yield h
     h.stop()
