@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hmac
 import ipaddress
@@ -153,12 +154,17 @@ class Proxy:
             request[CAPTURE_KEY] = self.inspector.open(info, request.get(CAPTURE_KEY))
         server = self.config.server
         raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
-        if self.active >= server.max_concurrent_requests:
+        with self.slot(), self.tracing.request(request.headers, request.method, request.path, info):
+            return await self._proxy(request, protocol, info, raw)
+
+    @contextlib.contextmanager
+    def slot(self):
+        """One of `server.max_concurrent_requests` slots, taken once the body has been read."""
+        if self.active >= self.config.server.max_concurrent_requests:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
         self.active += 1
         try:
-            with self.tracing.request(request.headers, request.method, request.path, info):
-                return await self._proxy(request, protocol, info, raw)
+            yield
         finally:
             self.active -= 1
 

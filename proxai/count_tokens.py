@@ -58,13 +58,8 @@ def _handler(proxy, protocol: str, info_key):
         server = proxy.config.server
         # Read before taking a concurrency slot, as the generation endpoints do.
         raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
-        if proxy.active >= server.max_concurrent_requests:
-            raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
-        proxy.active += 1
-        try:
+        with proxy.slot():
             return await count(proxy, protocol, request, info, raw)
-        finally:
-            proxy.active -= 1
 
     return handle
 
