@@ -8,12 +8,14 @@ Public API: :class:`Engine`, :class:`Context` and the exceptions in :mod:`engine
 """
 from __future__ import annotations
 
+import hashlib
+from collections import OrderedDict
 from pathlib import Path
 
 from .context import DEFAULT_MAX_TOKENS, Context
 from .errors import InvalidRequest, ProxaiError, RuleError, TranslationError, UpstreamProtocolError
 from .codec import Codec
-from .ruleset import BUILTIN_RULES, build_tables, read_dirs
+from .ruleset import BUILTIN_RULES, build_tables, read_dirs, rule_files
 from .stream import StreamRules, StreamTranslator
 from .template import Compiler
 from .toolcalls import restore_response
@@ -24,6 +26,29 @@ __all__ = ["Engine", "Context", "ProxaiError", "RuleError", "TranslationError", 
 PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")
 
 
+_COMPILED: OrderedDict = OrderedDict()
+_COMPILED_MAX = 8
+
+
+def _fingerprint(dirs: list[Path], hooks: dict) -> bytes | None:
+    """A digest of every rule file's path and bytes (and of the hook table), or None when a
+    directory is missing (the compile then reports it)."""
+    digest = hashlib.blake2b(digest_size=20)
+    for name, fn in hooks.items():
+        digest.update(f"{name}={id(fn)};".encode())
+    for directory in dirs:
+        if not directory.is_dir():
+            return None
+        for path in rule_files(directory):
+            digest.update(str(path).encode() + b"\0")
+            try:
+                digest.update(path.read_bytes())
+            except OSError:
+                return None
+            digest.update(b"\0")
+    return digest.digest()
+
+
 class Engine:
     """Compiled rules for every protocol; build once at startup, share across requests."""
 
@@ -32,11 +57,28 @@ class Engine:
 
     @classmethod
     def load(cls, override_dir: str | Path | None = None, builtin_dir: str | Path | None = None) -> "Engine":
+        """Compile the built-in rules, layered with `override_dir`. Compiled engines are
+        immutable, so identical rule files (by content) give back the same engine: a reload
+        that changed only the config, and every in-process server of a test run, skip the
+        compile."""
         from .hooks import HOOKS
 
         dirs = [Path(builtin_dir) if builtin_dir else BUILTIN_RULES]
         if override_dir:
             dirs.append(Path(override_dir))
+        key = _fingerprint(dirs, HOOKS)
+        if key is not None and key in _COMPILED:
+            _COMPILED.move_to_end(key)
+            return _COMPILED[key]
+        eng = cls._compile(dirs, HOOKS)
+        if key is not None:
+            _COMPILED[key] = eng
+            while len(_COMPILED) > _COMPILED_MAX:
+                _COMPILED.popitem(last=False)
+        return eng
+
+    @classmethod
+    def _compile(cls, dirs: list[Path], HOOKS: dict) -> "Engine":
         layered, problems = read_dirs(dirs)
         if problems:
             raise problems[0]

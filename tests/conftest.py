@@ -17,6 +17,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+if sys.dont_write_bytecode and sys.pycache_prefix is None:
+    # PYTHONDONTWRITEBYTECODE (set on some CI images) makes every run compile the project and
+    # assertion-rewrite the test modules again, about ten seconds of the quick tier: keep the
+    # compiled files in pytest's ignored cache directory instead of beside the sources.
+    sys.pycache_prefix = str(ROOT / ".pytest_cache" / "pycache")
+    sys.dont_write_bytecode = False
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 TESTS = Path(__file__).resolve().parent
@@ -169,6 +175,10 @@ SLOW_TESTS = frozenset({  # module::function (every parametrization)
     "test_capture.py::test_capture_show_and_list",
     "test_capture.py::test_serve_capture_flag",
     "test_translate_cli.py::test_console_entry_point",
+    "test_inspector.py::test_server_py_inspector_flag",
+    "test_hardening_yaml.py::test_a_second_server_block_is_refused_not_silently_merged",
+    "test_hardening_yaml.py::test_an_alias_bomb_in_the_config_fails_at_once",
+    "test_hardening_yaml.py::test_an_alias_bomb_in_a_rule_file_fails_at_once",
     "test_ingress_fast_path.py::test_fast_path_agrees_with_jsonschema",
     "test_sse.py::test_roundtrip_any_split",
     # they wait out timeouts, stalls or slow streams
