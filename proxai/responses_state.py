@@ -190,23 +190,11 @@ class ResponsesState:
         return _json(200, record.response)
 
     async def delete(self, request: web.Request) -> web.Response:
-        response_id = request.match_info["response_id"]
-        try:
-            deleted = await self.store.delete(self.tenant(request), response_id)
-        except StateError as exc:
-            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
-        if not deleted:
-            raise _not_found(response_id)
+        response_id, _ = await self._stored(request, self.store.delete)
         return _json(200, {"id": response_id, "object": "response", "deleted": True})
 
     async def input_items(self, request: web.Request) -> web.Response:
-        response_id = request.match_info["response_id"]
-        try:
-            items = await self.store.list_items(self.tenant(request), response_id)
-        except StateError as exc:
-            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
-        if items is None:
-            raise _not_found(response_id)
+        _, items = await self._stored(request, self.store.list_items)
         query = request.query
         order = query.get("order", "desc")
         if order not in ("asc", "desc"):
@@ -235,14 +223,19 @@ class ResponsesState:
         })
 
     async def _record(self, request: web.Request) -> ResponseRecord:
+        return (await self._stored(request, self.store.get))[1]
+
+    async def _stored(self, request: web.Request, read) -> tuple[str, Any]:
+        """`read(tenant, response_id)` for the path's response id: a store failure is a 503, a
+        missing (None or False) result a 404."""
         response_id = request.match_info["response_id"]
         try:
-            record = await self.store.get(self.tenant(request), response_id)
+            found = await read(self.tenant(request), response_id)
         except StateError as exc:
             raise StateUnavailable(f"the state store is unavailable: {exc}") from None
-        if record is None:
+        if found is None or found is False:
             raise _not_found(response_id)
-        return record
+        return response_id, found
 
 
 class Turn:
