@@ -28,8 +28,10 @@ from pathlib import Path
 
 import jmespath
 
+from engine.errors import RuleError
 from engine.ruleset import BUILTIN_RULES, ROOT, read_dirs
 
+# Known protocols first, in this order; any other protocol the rules define follows.
 PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")
 TITLES = {
     "openai_chat_completions": "OpenAI Chat Completions",
@@ -295,6 +297,15 @@ def _repo_path(path) -> str:
         return str(path).replace("\\", "/")
 
 
+def protocols(rules: Rules) -> list[str]:
+    found = {protocol for _, protocol in rules.codecs if protocol}
+    return [p for p in PROTOCOLS if p in found] + sorted(found - set(PROTOCOLS))
+
+
+def _title(protocol: str) -> str:
+    return TITLES.get(protocol, protocol)
+
+
 def _line(node) -> int:
     return getattr(node, "line", 0) or 0
 
@@ -433,8 +444,14 @@ def _switches(node, out: list) -> None:
             _switches(v, out)
 
 
-def _produces(node) -> str:
-    """What a case builds: its literal `type` (or `role`), a rejection, or a summary."""
+def _produces(node, named: dict, seen: frozenset = frozenset()) -> str:
+    """What a case builds: its literal `type` (or `role`), a rejection, or a summary;
+    named templates are followed, nested dispatches named by what they switch on."""
+    def again(n):
+        return _produces(n, named, seen)
+
+    if isinstance(node, list) and len(node) == 1 and isinstance(node[0], dict):
+        return again(node[0])
     if isinstance(node, dict):
         for key in ("$reject", "$error"):
             if key in node:
@@ -444,14 +461,25 @@ def _produces(node) -> str:
                 is_lit, value = literal(node[key])
                 if is_lit:
                     return f"{key} {_code(value)}"
+        if "$ref" in node and node["$ref"] in named and node["$ref"] not in seen:
+            return _produces(named[node["$ref"]], named, seen | {node["$ref"]})
+        if "$switch" in node and "$what" in node:
+            return f"by {_md(str(node['$what']).rstrip(': '))} (see its table)"
         if "$map" in node:
-            return "each: " + _produces(node.get("$as"))
+            return "each: " + again(node.get("$as"))
         if "$let" in node:
-            return _produces(node.get("$in"))
+            return again(node.get("$in"))
         if "$if" in node:
-            a, b = _produces(node.get("$then")), _produces(node.get("$else")) if "$else" in node else ""
+            then, other = node.get("$then"), node.get("$else")
+            if _fails(then) and other is not None:
+                return f"{again(other)}; {again(then)}, when {_code(render(node['$if'], 50))}"
+            a, b = again(then), again(other) if "$else" in node else ""
             return a if not b or a == b else f"{a}; otherwise {b}"
     return _code(render(node, 70))
+
+
+def _fails(node) -> bool:
+    return isinstance(node, dict) and ("$reject" in node or "$error" in node)
 
 
 KIND_TITLES = {"request.decode": "client request → IR", "request.encode": "IR → provider request",
@@ -464,7 +492,7 @@ def kinds_md(rules: Rules) -> str:
              "switches on with `$what`): the values it accepts and what each becomes. A value that is not",
              "listed and has no \"anything else\" row is refused with an error naming the field.", ""]
     n = 0
-    for protocol in PROTOCOLS:
+    for protocol in protocols(rules):
         for kind in KIND_TITLES:
             doc = rules.codecs.get((kind, protocol))
             if doc is None:
@@ -475,11 +503,12 @@ def kinds_md(rules: Rules) -> str:
                 continue
             n += 1
             file = rules.files[(kind, protocol)]
-            lines += [f"## {n}. {TITLES[protocol]}: {KIND_TITLES[kind]}", "", f"`{file}`", ""]
+            lines += [f"## {n}. {_title(protocol)}: {KIND_TITLES[kind]}", "", f"`{file}`", ""]
             for sw in found:
-                rows = [[_code(k), _produces(v)] for k, v in (sw.get("$cases") or {}).items()]
+                named = dict(doc.get("templates") or {})
+                rows = [[_code(k), _produces(v, named)] for k, v in (sw.get("$cases") or {}).items()]
                 if "$default" in sw:
-                    rows.append(["anything else", _produces(sw["$default"])])
+                    rows.append(["anything else", _produces(sw["$default"], named)])
                 what = str(sw["$what"]).rstrip(": ")
                 lines += [f"**{_md(what)}** (by {_code(render(sw['$switch'], 60))}):", ""]
                 lines += _table(["value", "becomes"], rows) + [""]
@@ -547,29 +576,37 @@ def _direction(rules: Rules, src_kind: str, src: str, dst_kind: str, dst: str, n
         notes = []
         for reads, rule in dst_rejects:
             if ir_key in reads:
-                notes.append(f"rejected when `{_md(rule.get('when'))}`: {_md(rule.get('message', ''))}")
+                notes.append(f"rejected when {_code(rule.get('when'))}: {_md(rule.get('message', ''))}")
         if ir_key in dst_advisory:
             notes.append("advisory: dropped with a trace")
         if not targets and not notes:
-            notes.append(f"not sent: no {TITLES[dst]} field is built from it" if not whole
+            notes.append(f"not sent: no {_title(dst)} field is built from it" if not whole
                          else f"only through {', '.join(f'`{w}`' for w in whole)}")
+        used = sorted(entry["reads"].tables | {t for k in targets for t in enc_keys[k]["reads"].tables})
+        if used:
+            notes.append("tables: " + ", ".join(f"[`{t}`]({_page('tables')}#{slug(t)})" for t in used))
         rows.append([", ".join(_code(f) for f in src_fields) or "—", _how(entry), _code(ir_key), to or "—", "; ".join(notes)])
-    lines = _table([f"{TITLES[src]} field", "read as", "IR field", f"{TITLES[dst]} field ← written as", "notes"], rows)
+    lines = _table([f"{_title(src)} field", "read as", "IR field", f"{_title(dst)} field ← written as", "notes"], rows)
     extra = []
     for reads, rule in src_rejects:
-        extra.append([_code(rule.get("param") or ", ".join(sorted(reads))), f"when `{_md(rule.get('when'))}`",
+        extra.append([_code(rule.get("param") or ", ".join(sorted(reads))), f"when {_code(rule.get('when'))}",
                       _md(rule.get("message", ""))])
     if extra:
-        lines += ["", f"Refused by the {TITLES[src]} {noun} decoder itself (a 400 before any provider is asked):", ""]
+        lines += ["", f"Refused by the {_title(src)} {noun} decoder itself (a 400 before any provider is asked):", ""]
         lines += _table(["field", "condition", "message"], extra)
     advisory = list(map(str, dec.get("advisory") or []))
     if advisory:
         lines += ["", "Advisory (dropped with a trace, never sent): " + ", ".join(_code(a) for a in advisory) + "."]
     hooks = [f"`{h}`" for key in ("before", "after") for h in (enc.get(key) or [])]
     if hooks:
-        lines += ["", f"The {TITLES[dst]} encoder also runs the hooks " + ", ".join(hooks)
+        lines += ["", f"The {_title(dst)} encoder also runs the hooks " + ", ".join(hooks)
                   + " over the whole payload (engine/hooks/)."]
     return lines
+
+
+def slug(heading: str) -> str:
+    """The anchor GitHub gives a heading (used to link to a table's section)."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def _fields(paths: set) -> list[str]:
@@ -582,9 +619,9 @@ def _fields(paths: set) -> list[str]:
 
 
 def pair_md(rules: Rules, client: str, provider: str) -> str:
-    lines = [HEADER, f"# {TITLES[client]} client → {TITLES[provider]} provider", "",
-             f"How the request of an {TITLES[client]} client becomes an {TITLES[provider]} request, and how the",
-             f"{TITLES[provider]} response comes back. Read off `rules/{client}/request.decode.yaml`,",
+    lines = [HEADER, f"# {_title(client)} client → {_title(provider)} provider", "",
+             f"How the request of an {_title(client)} client becomes an {_title(provider)} request, and how the",
+             f"{_title(provider)} response comes back. Read off `rules/{client}/request.decode.yaml`,",
              f"`rules/{provider}/request.encode.yaml`, `rules/{provider}/response.decode.yaml` and",
              f"`rules/{client}/response.encode.yaml`; a field is named by its top-level key (nested",
              "shapes are in the rule files and in docs/mappings.md). Streams: docs/streaming.md.", "",
@@ -603,7 +640,7 @@ def pair_file(client: str, provider: str) -> str:
     return f"{client}-to-{provider}.md"
 
 
-def index_md() -> str:
+def index_md(rules: Rules) -> str:
     lines = [HEADER, "# Generated mapping tables", "",
              "Read off the rule files by `proxai docs`; `proxai docs --check` (run in CI) fails when",
              "these pages and the rules disagree. The hand-written concept pages are docs/mappings.md",
@@ -612,24 +649,27 @@ def index_md() -> str:
              "  tool_choice, reasoning effort, error types by HTTP status, ...).",
              f"- [{_page('kinds')}]({_page('kinds')}): the roles, content part, block and item kinds each codec",
              "  accepts and what each becomes.", "- Per pair (client → provider), request and response fields:", ""]
-    for client in PROTOCOLS:
-        for provider in PROTOCOLS:
-            if client != provider:
-                lines.append(f"  - [{TITLES[client]} → {TITLES[provider]}]({pair_file(client, provider)})")
+    for client, provider in pairs(rules):
+        lines.append(f"  - [{_title(client)} → {_title(provider)}]({pair_file(client, provider)})")
     lines += ["", "Same-protocol traffic (a client and a provider of one protocol) is relayed as it is, not",
               "translated, so it has no pair page."]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def generate(rules_dir: Path | None = None) -> dict[str, str]:
+def pairs(rules: Rules) -> list[tuple[str, str]]:
+    """(client, provider) of every translated pair whose four codec files exist."""
+    have = set(rules.codecs)
+    return [(c, p) for c in protocols(rules) for p in protocols(rules) if c != p
+            and {("request.decode", c), ("request.encode", p), ("response.decode", p), ("response.encode", c)} <= have]
+
+
+def generate(rules_dir: Path | None = None, rules: Rules | None = None) -> dict[str, str]:
     """Relative path (under the repository) -> content of every generated file."""
-    rules = load_rules(rules_dir)
-    out = {f"{OUT_DIR}/README.md": index_md(), f"{OUT_DIR}/{_page('tables')}": tables_md(rules),
+    rules = rules or load_rules(rules_dir)
+    out = {f"{OUT_DIR}/README.md": index_md(rules), f"{OUT_DIR}/{_page('tables')}": tables_md(rules),
            f"{OUT_DIR}/{_page('kinds')}": kinds_md(rules)}
-    for client in PROTOCOLS:
-        for provider in PROTOCOLS:
-            if client != provider and ("request.decode", client) in rules.codecs and ("request.encode", provider) in rules.codecs:
-                out[f"{OUT_DIR}/{pair_file(client, provider)}"] = pair_md(rules, client, provider)
+    for client, provider in pairs(rules):
+        out[f"{OUT_DIR}/{pair_file(client, provider)}"] = pair_md(rules, client, provider)
     return out
 
 
@@ -657,7 +697,11 @@ def differences(root: Path, files: dict[str, str]) -> list[str]:
 def main(check: bool = False, root: Path | None = None) -> int:
     root = Path(root or ROOT)
     out, err = sys.stdout, sys.stderr
-    files = generate()
+    try:
+        files = generate()
+    except RuleError as exc:
+        print(f"proxai docs: the rules do not load: {exc}", file=err)
+        return 2
     if check:
         problems = differences(root, files)
         if problems:

@@ -93,8 +93,7 @@ def dangling(root: Path, scanned=SCANNED) -> list[str]:
 
 def slug(heading: str) -> str:
     """GitHub's anchor for a heading text."""
-    text = re.sub(r"[`*_]", "", heading.strip().lower())
-    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
 def _anchors(text: str) -> set[str]:

@@ -116,3 +116,35 @@ def test_literal_objects_and_selectors_are_told_apart():
     assert docsgen.literal("choices[0].message") == (False, None)
     assert docsgen.Walker({}).reads("length(choices || `[]`) != `1`").fields == {"choices"}
     assert docsgen.Walker({}).reads({"$map": "messages", "$as": {"role": "role"}}).fields == {"messages"}
+
+
+def _v2_literals(node):
+    """The rules as the v2 literal migration writes them: every raw-string literal
+    ("'text'") becomes the mapping {"$lit": "text"} (what `!lit text` loads as)."""
+    if isinstance(node, dict):
+        return {k: _v2_literals(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_v2_literals(v) for v in node]
+    is_lit, value = docsgen.literal(node)
+    if is_lit and isinstance(node, str):
+        return {"$lit": value}
+    return node
+
+
+def test_the_v2_literal_migration_leaves_the_generated_docs_unchanged(generated):
+    rules = docsgen.load_rules()
+    migrated = docsgen.Rules({k: _v2_literals(doc) for k, doc in rules.codecs.items()},
+                             rules.files, rules.tables, rules.enums)
+    changed = sum(1 for k in rules.codecs if migrated.codecs[k] != rules.codecs[k])
+    assert changed >= 10  # the shipped rules do use v1 literals
+    assert docsgen.generate(rules=migrated) == generated
+
+
+def test_a_rules_directory_that_does_not_load_is_reported(tmp_path, capsys, monkeypatch):
+    broken = tmp_path / "rules"
+    broken.mkdir()
+    (broken / "bad.yaml").write_text("kind: tables\ntables: [\n")
+    monkeypatch.setattr(docsgen, "BUILTIN_RULES", broken)
+    assert docsgen.main(check=True, root=tmp_path) == 2
+    err = capsys.readouterr().err
+    assert "proxai docs: the rules do not load:" in err and "bad.yaml" in err
