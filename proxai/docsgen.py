@@ -45,6 +45,7 @@ _RAW_STRING = re.compile(r"^'(?:[^'\\]|\\.)*'$", re.S)
 _VAR = re.compile(r"^\$([A-Za-z_]\w*)(?:\.(.+))?$", re.S)
 _PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 _WIDTH = 90
+WHOLE = "(the whole body)"
 
 
 # --- template nodes ------------------------------------------------------------------------------
@@ -265,6 +266,8 @@ class Walker:
             return found
         if "$ref" in node and node["$ref"] in self.named and node["$ref"] not in seen:
             return self.outputs(self.named[node["$ref"]], env, seen | {node["$ref"]})
+        if "$hook" in node:  # a hook that builds the whole body (an error body, say)
+            return [(WHOLE, node, env)]
         return found
 
 
