@@ -155,6 +155,7 @@ class Reads:
     tables: set = field(default_factory=set)
     hooks: set = field(default_factory=set)
     ctx: set = field(default_factory=set)      # $ctx.<name>
+    root: set = field(default_factory=set)     # $root.<path>: the input's top level from anywhere
 
 
 class Walker:
@@ -174,6 +175,7 @@ class Walker:
             name, rest = var.group(1), var.group(2)
             if name == "root" and rest:
                 out.fields |= selector_roots(rest)
+                out.root |= selector_roots(rest)
             elif name == "ctx" and rest:
                 out.ctx.add(_PATH.match(rest).group(0) if _PATH.match(rest) else rest)
             elif name in env:
@@ -182,6 +184,7 @@ class Walker:
                 out.tables |= bound.tables
                 out.hooks |= bound.hooks
                 out.ctx |= bound.ctx
+                out.root |= bound.root
             return
         out.fields |= selector_roots(text)
 
@@ -207,6 +210,8 @@ class Walker:
             # The item template reads the list's items, not the input's fields.
             self._walk(node["$map"], env, seen, out)
             inner = self.reads(node.get("$as"), env, seen)
+            out.fields |= inner.root
+            out.root |= inner.root
             out.tables |= inner.tables
             out.hooks |= inner.hooks
             out.ctx |= inner.ctx
@@ -231,11 +236,9 @@ class Walker:
             self._walk(node.get("$default"), env, seen, out)
             return
         for key, value in node.items():
-            if key in ("$what", "$param", "$reject", "$error", "$flat"):
-                continue
-            if key == "$where":
-                continue
-            self._walk(value, env, seen, out)
+            # Messages and options are not templates; $where filters a $map's items.
+            if key not in ("$what", "$param", "$reject", "$error", "$flat", "$where"):
+                self._walk(value, env, seen, out)
 
     def outputs(self, node, env: dict | None = None, seen: frozenset = frozenset()) -> list[tuple[str, object, dict]]:
         """(output key, its template, the variables in scope) of every object the output
@@ -542,7 +545,7 @@ def _side(doc: dict):
         entry = per_key.setdefault(str(key), {"templates": [], "reads": Reads()})
         entry["templates"].append(template)
         reads = walker.reads(template, env)
-        for attr in ("fields", "tables", "hooks", "ctx"):
+        for attr in ("fields", "tables", "hooks", "ctx", "root"):
             getattr(entry["reads"], attr).update(getattr(reads, attr))
     return walker, per_key
 

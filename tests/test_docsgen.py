@@ -116,6 +116,12 @@ def test_literal_objects_and_selectors_are_told_apart():
     assert docsgen.literal("choices[0].message") == (False, None)
     assert docsgen.Walker({}).reads("length(choices || `[]`) != `1`").fields == {"choices"}
     assert docsgen.Walker({}).reads({"$map": "messages", "$as": {"role": "role"}}).fields == {"messages"}
+    # From inside an item, $root reaches the input's top level again.
+    assert docsgen.Walker({}).reads({"$map": "messages", "$as": {"m": "$root.model"}}).fields == {"messages", "model"}
+    # A named template is read in the scope it is used in; a $let variable reads what it was bound to.
+    walker = docsgen.Walker({"templates": {"limit": {"$first": ["max_tokens", "$ctx.max_tokens_default"]}}})
+    reads = walker.reads({"$let": {"v": "reasoning.effort"}, "$in": {"a": {"$ref": "limit"}, "b": "$v"}})
+    assert reads.fields == {"max_tokens", "reasoning.effort"} and reads.ctx == {"max_tokens_default"}
 
 
 def _literals(node, spelling: str):
