@@ -317,3 +317,24 @@ def test_an_anthropic_client_over_balanced_anthropic_deployments(start_proxy, de
         ups["b"].enqueue(Error(400, message="bad"))
         p.anthropic().messages.create(model="m", max_tokens=32, messages=[{"role": "user", "content": "hi"}])
     assert served_by(ups)[2:] == ["b"]
+
+
+@pytest.mark.parametrize("backend", ["redis", "sqlite"])
+def test_a_deployment_one_instance_saw_fail_is_skipped_by_the_other(start_proxy, deployments, backend, request, tmp_path):
+    """The breaker lives in the shared store: over one real redis-server, or one SQLite file."""
+    if backend == "redis":
+        redis_server = request.getfixturevalue("redis_server")
+        redis_server.flush()
+        state = {"backend": "redis", "url": redis_server.url}
+    else:
+        state = {"backend": "sqlite", "url": str(tmp_path / "state.db")}
+    ups = deployments("a", "b")
+    doc = balanced(ups, resilience={"sync_secs": 0, "breaker": {"failures": 1, "window_secs": 30, "open_secs": 30}})
+    doc["state"] = state
+    first, second = start_proxy(doc), start_proxy(doc)
+    ups["a"].enqueue(Error(503, message="down"))
+    chat(first)  # a fails on the first instance: its breaker opens in the store
+    assert served_by(ups) == ["a", "b"]
+    for _ in range(4):  # round robin on the second would send two of these to a
+        chat(second)
+    assert served_by(ups)[2:] == ["b"] * 4
