@@ -504,11 +504,11 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
                 chain.append(d.provider)
         elif route.provider not in cfg.providers:
             problems.append((f"{base}.provider", f"unknown provider {route.provider!r}"))
-        balanced = set(chain)
+        balanced = set(chain) if route.providers else set()
         for j, fb in enumerate(route.fallbacks):
             if fb.provider not in cfg.providers:
                 problems.append((f"{base}.fallbacks[{j}]", f"unknown provider {fb.provider!r}"))
-            elif fb.provider in balanced and route.providers:
+            elif fb.provider in balanced:
                 problems.append((f"{base}.fallbacks[{j}]", f"provider {fb.provider!r} is already one of this "
                                  f"route's providers ({', '.join(d.provider for d in route.providers)}); "
                                  "fallbacks are tried after all of them"))

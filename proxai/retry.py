@@ -3,9 +3,8 @@
 One request walks its route's chain (pools.Plan): its balanced deployments in the order
 the route's strategy picked for this request (proxai/balance.py; breaker-open ones last),
 then its fallbacks; of each deployment the breaker admits, each key that is not resting,
-in the pool's order. An attempt that fails
-before the commit point (no byte went to the client: for streams, before the first
-event was relayed) moves on:
+in the pool's order. An attempt that fails before the commit point (no byte went to
+the client: for streams, before the first event was relayed) moves on:
 
 * 429: the key rests for Retry-After (or a doubling backoff); the next key is tried.
 * 401/403: the key is disabled (a loud log line); the next key is tried.
