@@ -187,6 +187,7 @@ def test_each_deployment_gets_its_own_upstream_model_and_protocol(start_proxy, d
     assert [(r.path, r.body["model"]) for r in ups["ant"].requests] == [("/v1/messages", "claude-x")]
 
 
+@pytest.mark.slow  # waits out a slow answer
 def test_least_in_flight_sends_new_requests_past_a_slow_one(harness, start_proxy, deployments):
     """While a slow request holds deployment a, every new request goes to b (round robin
     would send every other one to a)."""

@@ -63,6 +63,7 @@ def test_a_translated_responses_stream_is_cut_before_it_starts(start_proxy, upst
     assert slow.requests[0].path == "/v1/messages" and backup.requests == []
 
 
+@pytest.mark.slow  # waits out a slow stream
 def test_a_stream_past_its_first_event_is_not_cut_by_the_deadline(start_proxy, upstreams):
     """The stream takes about four times the deadline; once its first event reached the
     client the retry deadline no longer applies (only the provider's idle timeout)."""
@@ -80,6 +81,7 @@ def test_a_stream_past_its_first_event_is_not_cut_by_the_deadline(start_proxy, u
     assert metric(p, "proxai_upstream_attempts_total", provider="slow", outcome="deadline") is None
 
 
+@pytest.mark.slow  # waits out a slow stream
 def test_a_route_without_pool_or_fallbacks_is_not_cut(start_proxy, upstreams):
     """One provider with one key: nothing to retry, so the request runs as it always did."""
     up = upstreams()
