@@ -5,6 +5,7 @@ SDKs against mock deployments, checking what every deployment received."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -339,3 +340,27 @@ def test_a_deployment_one_instance_saw_fail_is_skipped_by_the_other(start_proxy,
     for _ in range(4):  # round robin on the second would send two of these to a
         chat(second)
     assert served_by(ups)[2:] == ["b"] * 4
+
+
+def test_the_capture_names_the_deployment_that_served(start_proxy, deployments):
+    ups = deployments("a", "b")
+    doc = balanced(ups)
+    doc["capture"] = {"provider_request": True}
+    p = start_proxy(doc)
+    ups["a"].enqueue(Error(503, message="down"))
+    raw = p.openai().chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    request_id = raw.headers["x-request-id"]
+    from proxai import capture
+    from proxai.pools import fingerprint
+
+    root = p.proxy.recorder.root
+    text = capture.file_path(root, request_id, "provider_request").read_text()
+    assert text.startswith(f"POST {ups['b'].url}/v1/chat/completions")  # the last attempt's, b's
+    assert f"x-proxai-served-by: {fingerprint(KEYS['b'])}" in text and "SECRET" not in text
+    summary_file = root / f"{request_id}{capture.SUMMARY_SUFFIX}"
+    for _ in range(200):  # written as the response ends, which the client may see a moment before
+        if summary_file.exists():
+            break
+        time.sleep(0.01)
+    summary = json.loads(summary_file.read_text())
+    assert (summary["route"], summary["provider"], summary["key"], summary["attempts"]) == ("lb", "b", fingerprint(KEYS["b"]), 2)
