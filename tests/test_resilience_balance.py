@@ -364,3 +364,15 @@ def test_the_capture_names_the_deployment_that_served(start_proxy, deployments):
         time.sleep(0.01)
     summary = json.loads(summary_file.read_text())
     assert (summary["route"], summary["provider"], summary["key"], summary["attempts"]) == ("lb", "b", fingerprint(KEYS["b"]), 2)
+
+
+def test_a_single_entry_providers_list_uses_its_upstream_model(start_proxy, deployments):
+    ups = deployments("a")
+    p = start_proxy(balanced(ups, deployments=[{"provider": "a", "upstream_model": "a-model"}]))
+    chat(p)
+    assert [r.body["model"] for r in ups["a"].requests] == ["a-model"]
+    ups = deployments("b")
+    p = start_proxy(balanced(ups, deployments=["b"]))  # one key, nothing to choose: served as a plain route
+    chat(p)
+    assert [r.body["model"] for r in ups["b"].requests] == ["up-model"]
+    assert p.proxy.resilience.pools.plan(p.proxy.router.resolve("m", CHAT)) is None
