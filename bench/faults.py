@@ -1,9 +1,14 @@
 """`python -m bench.faults`: resilient routing under sustained load while providers fail.
 
 A Chat client sends a steady rate of requests (half streamed) to the proxy (its own
-process). The route is a pool and two fallbacks:
+process). With `--scenario chain` (the default) the route is a pool and two fallbacks:
 
     east  (Chat, 4 keys)  ->  west (Chat, 2 keys)  ->  spare (Responses, 1 key: translated)
+
+With `--scenario balanced` the route balances two deployments round robin, then falls
+back to the spare:
+
+    providers: [east (Chat, 4 keys), west (Chat, 2 keys)]  ->  spare (Responses, 1 key)
 
 and the mock deployments (in this process) fail on a timeline, as fractions of the run:
 
@@ -72,7 +77,8 @@ class Deployments:
         self.latency_s = latency_s
         self.started = time.monotonic()
         self.canned = build(payloads.DEFAULT_DELTAS, 1)
-        self.attempts: dict[int, list[tuple[str, str, str]]] = defaultdict(list)  # marker -> (deployment, key, outcome)
+        # marker -> (deployment, key, outcome, phase of the run)
+        self.attempts: dict[int, list[tuple[str, str, str, float]]] = defaultdict(list)
         self.committed: set[int] = set()  # markers whose attempt sent a stream byte
         self.after_commit: set[int] = set()  # markers seen again after a byte went out: must stay empty
         self._cut_every = round(1 / CUT_SHARE)
@@ -98,23 +104,23 @@ class Deployments:
         key = request.headers.get("Authorization", "")[7:]
         now = self.phase()
         if name == "east" and EAST_DEAD[0] <= now < EAST_DEAD[1]:
-            self.attempts[marker].append((name, key, "503"))
+            self.attempts[marker].append((name, key, "503", now))
             return web.Response(status=503, body=b'{"error":{"message":"unavailable","type":"server_error"}}', headers=JSON)
         window = QUOTA_WINDOWS.get(key)
         if window and window[0] <= now < window[1]:
-            self.attempts[marker].append((name, key, "429"))
+            self.attempts[marker].append((name, key, "429", now))
             return web.Response(status=429, headers={**JSON, "Retry-After": "1"},
                                 body=b'{"error":{"message":"quota exceeded","type":"rate_limit_error"}}')
         await asyncio.sleep(self.latency_s)  # the provider's own time to first byte
         body, writes = self.canned[request.path]
         if b'"stream":true' not in raw and b'"stream": true' not in raw:
-            self.attempts[marker].append((name, key, "ok"))
+            self.attempts[marker].append((name, key, "ok", now))
             return web.Response(body=body, headers=JSON)
         self._streams += 1
         cut = self._streams % self._cut_every == 0
         resp = web.StreamResponse(headers=SSE)
         await resp.prepare(request)
-        self.attempts[marker].append((name, key, "cut" if cut else "ok"))
+        self.attempts[marker].append((name, key, "cut" if cut else "ok", now))
         try:
             for i, blob in enumerate(writes):
                 await resp.write(blob)
@@ -129,7 +135,13 @@ class Deployments:
         return resp
 
 
-def proxy_config(urls: dict[str, str], port: int) -> dict:
+SCENARIOS = {
+    "chain": {"provider": "east", "fallbacks": ["west", "spare"]},
+    "balanced": {"providers": ["east", "west"], "strategy": "round_robin", "fallbacks": ["spare"]},
+}
+
+
+def proxy_config(urls: dict[str, str], port: int, scenario: str = "chain") -> dict:
     def chat(url, keys):
         return {"protocol": payloads.CHAT, "base_url": url + "/v1", "api_keys": keys, "read_idle_timeout_secs": 10}
 
@@ -140,8 +152,7 @@ def proxy_config(urls: dict[str, str], port: int) -> dict:
             "west": chat(urls["west"], ["west-k1", "west-k2"]),
             "spare": {"protocol": payloads.RESPONSES, "base_url": urls["spare"] + "/v1", "api_key": "spare-k1"},
         },
-        "routing": {"routes": [{"name": "pooled", "model_pattern": "bench-model", "provider": "east",
-                                "fallbacks": ["west", "spare"]}]},
+        "routing": {"routes": [{"name": "pooled", "model_pattern": "bench-model", **SCENARIOS[scenario]}]},
         "resilience": {"max_attempts": 4, "breaker": {"failures": 5, "window_secs": 5, "open_secs": 2}},
         "state": {"backend": "memory"},
         "logging": {"level": LOG_LEVEL},
@@ -193,7 +204,8 @@ async def client(url: str, rate: float, duration: float, concurrency: int) -> li
     return results
 
 
-async def run(duration: float, rate: float, concurrency: int, latency_ms: float, workdir: Path) -> dict:
+async def run(duration: float, rate: float, concurrency: int, latency_ms: float, workdir: Path,
+              scenario: str = "chain") -> dict:
     deps = Deployments(duration, latency_ms / 1000)
     runners, urls = [], {}
     for name in ("east", "west", "spare"):
@@ -205,7 +217,7 @@ async def run(duration: float, rate: float, concurrency: int, latency_ms: float,
         urls[name] = f"http://127.0.0.1:{runner.addresses[0][1]}"
     port = free_port()
     config_file = workdir / "faults.yaml"
-    config_file.write_text(yaml.safe_dump(proxy_config(urls, port), sort_keys=False))
+    config_file.write_text(yaml.safe_dump(proxy_config(urls, port, scenario), sort_keys=False))
     log = open(workdir / "proxy.log", "wb")
     proc = subprocess.Popen([PYTHON, str(ROOT / "server.py"), "--config", str(config_file)], cwd=ROOT, env=_env(),
                             stdout=log, stderr=subprocess.STDOUT)
@@ -241,9 +253,13 @@ def summarise(results: list[dict], deps: Deployments, metrics: str) -> dict:
     plain = [r["latency"] * 1000 for r in ok if r["n"] not in retried]
     again = [r["latency"] * 1000 for r in ok if r["n"] in retried]
     served_by: dict[str, int] = defaultdict(int)
+    served_while_east_dead: dict[str, int] = defaultdict(int)
     for n, tries in deps.attempts.items():
         if tries and tries[-1][2] in ("ok", "cut"):
             served_by[tries[-1][0]] += 1
+            if EAST_DEAD[0] <= tries[-1][3] < EAST_DEAD[1]:
+                served_while_east_dead[tries[-1][0]] += 1
+    east_503s = sum(1 for tries in deps.attempts.values() for t in tries if t[2] == "503")
     statuses: dict[str, int] = defaultdict(int)
     for r in results:
         statuses[str(r["status"])] += 1
@@ -263,6 +279,8 @@ def summarise(results: list[dict], deps: Deployments, metrics: str) -> dict:
         "upstream_attempts": sum(len(t) for t in deps.attempts.values()),
         "retried_after_first_byte": len(deps.after_commit),
         "served_by": dict(served_by),
+        "served_while_east_dead": dict(served_while_east_dead),
+        "east_503_attempts": east_503s,
         "east_breaker_opened": breaker_opens,
         "latency_ms_not_retried": {"p50": pct(plain, 0.5), "p99": pct(plain, 0.99)},
         "latency_ms_retried": {"p50": pct(again, 0.5), "p99": pct(again, 0.99)},
@@ -285,6 +303,8 @@ def table(s: dict) -> str:
         ("upstream attempts", s["upstream_attempts"]),
         ("requests retried after their first byte", s["retried_after_first_byte"]),
         ("served by", ", ".join(f"{k}: {v}" for k, v in sorted(s["served_by"].items()))),
+        ("served while east was dead", ", ".join(f"{k}: {v}" for k, v in sorted(s["served_while_east_dead"].items()))),
+        ("attempts east answered 503 (before its breaker opened)", s["east_503_attempts"]),
         ("east breaker opened", f"{s['east_breaker_opened']:g} time(s)"),
         ("latency p50 / p99, not retried (ms)", f"{ms(s['latency_ms_not_retried']['p50'])} / {ms(s['latency_ms_not_retried']['p99'])}"),
         ("latency p50 / p99, retried (ms)", f"{ms(s['latency_ms_retried']['p50'])} / {ms(s['latency_ms_retried']['p99'])}"),
@@ -299,11 +319,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=60.0, help="requests started per second (default 60)")
     parser.add_argument("--concurrency", type=int, default=64, help="at most this many in flight (default 64)")
     parser.add_argument("--latency-ms", type=float, default=20.0, help="each deployment's time to first byte (default 20)")
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="chain",
+                        help="chain: east -> west -> spare; balanced: east and west round robin, then spare")
     parser.add_argument("--json", help="where to write the results (default bench/results/faults-<time>.json)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        summary = asyncio.run(run(args.seconds, args.rate, args.concurrency, args.latency_ms, Path(tmp)))
-    out = Path(args.json) if args.json else RESULTS / f"faults-{time.strftime('%Y%m%d-%H%M%S')}.json"
+        summary = asyncio.run(run(args.seconds, args.rate, args.concurrency, args.latency_ms, Path(tmp), args.scenario))
+    out = Path(args.json) if args.json else RESULTS / f"faults-{args.scenario}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(args), "summary": summary}, indent=2))
     print(table(summary))

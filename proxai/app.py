@@ -298,7 +298,7 @@ class Proxy:
         response.headers.update(info.get("_headers") or {})
         info["status"] = 200
         info["outcome"] = "open"
-        info["_committed"] = True  # from here on no retry or fallback: the client has bytes
+        retry.commit(info)  # from here on no retry, fallback or deadline cut: the client has bytes
         try:
             await response.prepare(request)
         except BaseException:

@@ -29,7 +29,8 @@ from proxai.config import CAPTURE_PHASES
 PHASES = CAPTURE_PHASES
 SUFFIX = ".http"
 SUMMARY_SUFFIX = ".summary.json"
-SUMMARY_FIELDS = ("method", "path", "model", "status", "duration_ms", "client_protocol", "provider_protocol", "outcome")
+SUMMARY_FIELDS = ("method", "path", "model", "status", "duration_ms", "client_protocol", "provider_protocol", "outcome",
+                  "route", "provider", "key", "attempts")  # which deployment and key (fingerprint) served
 REDACTED = "[redacted]"
 
 # Header names whose values are credentials, plus any name containing one of the

@@ -117,11 +117,24 @@ class RouteConfig:
     reasoning: str | None = None
     max_output_tokens: int | None = None
     fallbacks: tuple["Fallback", ...] = ()  # tried in order after `provider`
+    # Several deployments balanced by `strategy` (README "Resilient routing"); `provider` is then
+    # the first of them. Empty: the route has the one `provider`.
+    providers: tuple["RouteProvider", ...] = ()
+    strategy: str = "round_robin"  # round_robin | weighted | least_in_flight | sticky
 
 
 @dataclass(frozen=True)
 class Fallback:
     provider: str
+    upstream_model: str | None = None  # None: the route's upstream model (or the client's model)
+
+
+@dataclass(frozen=True)
+class RouteProvider:
+    """One of a route's balanced `providers`."""
+
+    provider: str
+    weight: float = 1.0
     upstream_model: str | None = None  # None: the route's upstream model (or the client's model)
 
 
@@ -137,7 +150,9 @@ class ResilienceConfig:
     """Retries, cooldowns and breakers (README "Resilient routing")."""
 
     max_attempts: int = 3  # tries of one request, the first included
-    deadline_secs: float = 60.0  # no new attempt starts later than this after the request arrived
+    # Total time of a request before its commit point: no attempt starts later, and a running one
+    # is cut (a timeout for the client). A stream that has sent its first event is not cut.
+    deadline_secs: float = 60.0
     retry_budget_ratio: float = 0.2  # retries allowed per request served (over ~10 s) ...
     retry_budget_min_per_sec: float = 5.0  # ... plus this floor, so a quiet proxy can still retry
     cooldown_secs: float = 5.0  # a 429 without Retry-After rests the key this long, doubling per repeat
@@ -226,6 +241,16 @@ def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
             problems.append((f"providers.{name}.api_key", "required key is missing"))
         elif "api_key" in p and "api_keys" in p:
             problems.append((f"providers.{name}.api_keys", "give api_key or api_keys, not both"))
+    for i, r in enumerate((doc.get("routing") or {}).get("routes") or ()):
+        base = f"routing.routes[{i}]"
+        if "provider" not in r and "providers" not in r:
+            problems.append((f"{base}.provider", "required key is missing"))
+        elif "provider" in r and "providers" in r:
+            problems.append((f"{base}.providers", "give provider or providers, not both"))
+        elif "providers" in r and not r["providers"]:
+            problems.append((f"{base}.providers", "an empty list: name at least one provider"))
+        if "strategy" in r and "providers" not in r:
+            problems.append((f"{base}.strategy", "only with providers (a provider's keys follow providers.<name>.strategy)"))
     if problems:
         raise ConfigError(_dedupe(problems))
     cfg = _build(doc)
@@ -359,7 +384,9 @@ def _build(doc: dict[str, Any]) -> Config:
         RouteConfig(
             name=r.get("name", f"routes[{i}]"),
             model_pattern=r["model_pattern"],
-            provider=r["provider"],
+            provider=r.get("provider") or next((d.provider for d in _deployments(r)), ""),
+            providers=_deployments(r),
+            strategy=r.get("strategy", "round_robin"),
             match_kind=r.get("match_kind", "auto"),
             upstream_model=r.get("upstream_model"),
             request_protocol=r.get("request_protocol"),
@@ -399,6 +426,13 @@ def _build(doc: dict[str, Any]) -> Config:
         state=StateConfig(**doc.get("state", {})),
         tracing=TracingConfig(**doc.get("tracing", {})),
         resilience=_resilience(doc.get("resilience", {})),
+    )
+
+
+def _deployments(route: dict[str, Any]) -> tuple[RouteProvider, ...]:
+    return tuple(
+        RouteProvider(d) if isinstance(d, str) else RouteProvider(d["provider"], float(d.get("weight", 1)), d.get("upstream_model"))
+        for d in route.get("providers", ())
     )
 
 
@@ -459,12 +493,25 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
     names: dict[str, int] = {}
     for i, route in enumerate(cfg.routes):
         base = f"routing.routes[{i}]"
-        if route.provider not in cfg.providers:
-            problems.append((f"{base}.provider", f"unknown provider {route.provider!r}"))
         chain = [route.provider]
+        if route.providers:
+            chain = []
+            for j, d in enumerate(route.providers):
+                if d.provider not in cfg.providers:
+                    problems.append((f"{base}.providers[{j}]", f"unknown provider {d.provider!r}"))
+                elif d.provider in chain:
+                    problems.append((f"{base}.providers[{j}]", f"provider {d.provider!r} is listed twice"))
+                chain.append(d.provider)
+        elif route.provider not in cfg.providers:
+            problems.append((f"{base}.provider", f"unknown provider {route.provider!r}"))
+        balanced = set(chain) if route.providers else set()
         for j, fb in enumerate(route.fallbacks):
             if fb.provider not in cfg.providers:
                 problems.append((f"{base}.fallbacks[{j}]", f"unknown provider {fb.provider!r}"))
+            elif fb.provider in balanced:
+                problems.append((f"{base}.fallbacks[{j}]", f"provider {fb.provider!r} is already one of this "
+                                 f"route's providers ({', '.join(d.provider for d in route.providers)}); "
+                                 "fallbacks are tried after all of them"))
             elif fb.provider in chain:
                 problems.append((f"{base}.fallbacks[{j}]", "a cycle: provider "
                                  f"{fb.provider!r} is already in this route's chain ({' -> '.join(chain)})"))

@@ -1,7 +1,8 @@
 """Provider pools: the deployments a route may use, the keys each holds, and the order to try them.
 
-A route's chain is its `provider` then its `fallbacks`, always in that order. Within
-one provider, the pool's `strategy` orders the keys:
+A route's chain is its `provider` (or its balanced `providers`, ordered per request by
+the route's `strategy`: proxai/balance.py) then its `fallbacks`, always in that order.
+Within one provider, the pool's `strategy` orders the keys:
 
 * `round_robin`: the next key in turn (per process);
 * `weighted`: a key drawn by weight first, the rest by weight;
@@ -21,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from proxai.balance import Balancer, pinned_key, rendezvous
 from proxai.config import Config, ProviderConfig
 from proxai.errors import ANTHROPIC
 from proxai.routing import RouteMatch
@@ -55,15 +57,20 @@ class Pool:
         ]
         self._turn = itertools.count()
 
+    @property
+    def in_flight(self) -> int:
+        return sum(s.in_flight for s in self.slots)
+
     def order(self, conversation: str | None) -> list[KeySlot]:
         slots = self.slots
         if len(slots) == 1:
             return list(slots)
         strategy = self.strategy
         if strategy == "sticky" and conversation:
-            ordered = sorted(slots, key=lambda s: _rendezvous(conversation, s.fingerprint), reverse=True)
-            if conversation.startswith("pin:"):  # the key that served the chain's first turn
-                ordered.sort(key=lambda s: s.fingerprint != conversation[4:])
+            ordered = sorted(slots, key=lambda s: rendezvous(conversation, s.fingerprint), reverse=True)
+            pinned = pinned_key(conversation)
+            if pinned:  # the key that served the chain's first turn
+                ordered.sort(key=lambda s: s.fingerprint != pinned)
             return ordered
         if strategy == "weighted":
             first = random.choices(slots, weights=[s.weight for s in slots])[0]
@@ -75,43 +82,59 @@ class Pool:
         return rotated
 
 
-def _rendezvous(conversation: str, name: str) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{conversation}\0{name}".encode(), digest_size=8).digest(), "big")
-
-
 @dataclass(frozen=True)
 class Deployment:
     pool: Pool
-    upstream_model: str
+    upstream_model: str | None  # None: the route's (or the client's) model
+    weight: float = 1.0
 
 
 @dataclass
 class Plan:
-    """The deployments of one request's route, in the order to try them."""
+    """The deployments of one request's route: the balanced ones, then the fallbacks."""
 
     route: str
-    deployments: list[Deployment] = field(default_factory=list)
+    upstream_model: str  # the route's rewrite of the client's model
+    balancer: Balancer
+    fallbacks: list[Deployment] = field(default_factory=list)
+
+    def order(self, conversation: str | None, down: frozenset[str] = frozenset()) -> list[Deployment]:
+        return self.balancer.order(conversation, down) + self.fallbacks
+
+    def model(self, deployment: Deployment) -> str:
+        return deployment.upstream_model or self.upstream_model
 
     @property
     def sticky(self) -> bool:
-        return any(d.pool.strategy == "sticky" for d in self.deployments)
+        return self.balancer.strategy == "sticky" or any(
+            d.pool.strategy == "sticky" for d in self.balancer.deployments + self.fallbacks
+        )
 
 
 class Pools:
     def __init__(self, config: Config):
         self.pools = {name: Pool(p) for name, p in config.providers.items()}
         self._fallbacks = {r.name: r.fallbacks for r in config.routes}
+        self._balancers = {
+            r.name: Balancer(r.strategy, [Deployment(self.pools[d.provider], d.upstream_model, d.weight) for d in r.providers])
+            for r in config.routes if r.providers
+        }
 
     def plan(self, match: RouteMatch) -> Plan | None:
-        """None when the route has one key and no fallbacks: nothing to choose or retry."""
+        """None when the route has one deployment with one key and no fallbacks: nothing to choose or retry."""
         primary = self.pools.get(match.provider.name)
         fallbacks = self._fallbacks.get(match.route, ())
-        if primary is None or not fallbacks and len(primary.slots) == 1:
+        balancer = self._balancers.get(match.route)
+        if primary is None:
             return None
-        plan = Plan(match.route, [Deployment(primary, match.upstream_model)])
-        for fb in fallbacks:
-            plan.deployments.append(Deployment(self.pools[fb.provider], fb.upstream_model or match.upstream_model))
-        return plan
+        if not fallbacks and len(primary.slots) == 1 and (
+            balancer is None or len(balancer.deployments) == 1 and balancer.deployments[0].upstream_model is None
+        ):
+            return None
+        if balancer is None:
+            balancer = Balancer("round_robin", [Deployment(primary, None)])
+        return Plan(match.route, match.upstream_model, balancer,
+                    [Deployment(self.pools[fb.provider], fb.upstream_model) for fb in fallbacks])
 
     def describe(self, config: Config) -> list[str]:
         """Lines for `check-config`: each pool and each route's chain."""
@@ -122,7 +145,13 @@ class Pools:
             )
             lines.append(f"provider {name}: {pool.provider.protocol}, {len(pool.slots)} key(s), {pool.strategy}: {keys}")
         for route in config.routes:
-            chain = [route.provider] + [
+            first = route.provider
+            if route.providers:  # balanced: alternatives, then the route's strategy
+                first = " | ".join(
+                    d.provider + (f" (weight {d.weight:g})" if route.strategy == "weighted" else "")
+                    + (f" (model {d.upstream_model})" if d.upstream_model else "") for d in route.providers
+                ) + f" [{route.strategy}]"
+            chain = [first] + [
                 fb.provider + (f" (model {fb.upstream_model})" if fb.upstream_model else "") for fb in route.fallbacks
             ]
             lines.append(f"route {route.name}: {' -> '.join(chain)}")

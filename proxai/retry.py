@@ -1,9 +1,10 @@
 """Retries and fallbacks before the commit point, bounded.
 
-One request walks its route's chain (pools.Plan): each deployment the breaker admits,
-each of its keys that is not resting, in the pool's order. An attempt that fails
-before the commit point (no byte went to the client: for streams, before the first
-event was relayed) moves on:
+One request walks its route's chain (pools.Plan): its balanced deployments in the order
+the route's strategy picked for this request (proxai/balance.py; breaker-open ones last),
+then its fallbacks; of each deployment the breaker admits, each key that is not resting,
+in the pool's order. An attempt that fails before the commit point (no byte went to
+the client: for streams, before the first event was relayed) moves on:
 
 * 429: the key rests for Retry-After (or a doubling backoff); the next key is tried.
 * 401/403: the key is disabled (a loud log line); the next key is tried.
@@ -15,6 +16,12 @@ event was relayed) moves on:
 Bounds: `max_attempts` tries, none started after `deadline_secs`, and retries draw on
 a budget (a share of recent requests plus a small floor) so they cannot multiply
 load when a provider struggles: once it is spent, the failure goes to the client.
+
+The deadline also cuts a running attempt, but only before the commit point: an attempt
+still without its answer (non-streamed) or its first event (streamed) when the deadline
+passes is cancelled and the client gets a 504 timeout. `commit` disarms the cut, so a
+stream that has started runs as long as its provider sends (read_idle_timeout_secs
+still applies): cutting it would be an in-stream error the client cannot retry around.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Awaitable, Callable
 from prometheus_client import Counter
 
 from proxai import errors as E
-from proxai.breaker import Health
+from proxai.breaker import OPEN, Health
 from proxai.config import Config, ProviderConfig
 from proxai import pools
 from proxai.pools import Plan, Pools
@@ -43,6 +50,34 @@ CHAIN_TTL_SECS = 24 * 3600  # how long a response id remembers its conversation'
 _FAILED_STATUSES = frozenset({408, 500, 502, 503, 504, 529})
 
 Attempt = Callable[[ProviderConfig, str], Awaitable[object]]
+
+
+class DeadlineExceeded(E.UpstreamTimeout):
+    """The request's total deadline passed before the attempt reached its commit point."""
+
+
+def commit(info: dict) -> None:
+    """The commit point: bytes go to the client now, so no retry, fallback or deadline cut."""
+    info["_committed"] = True
+    cut = info.pop("_deadline", None)
+    if cut is not None and not cut.expired():
+        cut.reschedule(None)
+
+
+async def _within(deadline: float, info: dict, call: Awaitable[object]):
+    """Await one attempt, cancelled if the deadline (time.monotonic()) passes before `commit`."""
+    cut = asyncio.timeout(max(0.0, deadline - time.monotonic()))
+    info["_deadline"] = cut
+    try:
+        async with cut:
+            return await call
+    except TimeoutError:
+        if cut.expired() and not info.get("_committed"):
+            raise DeadlineExceeded("no answer from the provider within the request's deadline "
+                                   "(resilience.deadline_secs)") from None
+        raise
+    finally:
+        info.pop("_deadline", None)
 
 
 def classify(exc: BaseException) -> str | None:
@@ -206,8 +241,13 @@ class Resilience:
         tried = 0
         last: E.ProxyError | None = None
         views = []
-        for deployment in plan.deployments:
+        down = set()
+        for deployment in plan.balancer.deployments:
+            if len(plan.balancer.deployments) > 1 and (await health.view(deployment.pool)).breaker == OPEN:
+                down.add(deployment.pool.provider.name)
+        for deployment in plan.order(conversation, frozenset(down)):
             pool = deployment.pool
+            model = plan.model(deployment)
             view = await health.view(pool)
             views.append(view)
             if not await _noted(health.admit(pool, view), True):
@@ -229,13 +269,20 @@ class Resilience:
                 for stale in ("translation_error", "upstream_request_id"):  # an earlier attempt's
                     info.pop(stale, None)
                 info.update(provider=pool.provider.name, provider_protocol=pool.provider.protocol,
-                            upstream_model=deployment.upstream_model, key=slot.fingerprint, attempts=tried)
+                            upstream_model=model, key=slot.fingerprint, attempts=tried)
                 slot.in_flight += 1
                 try:
-                    response = await attempt(slot.config, deployment.upstream_model)
+                    response = await _within(deadline, info, attempt(slot.config, model))
                 except E.ProxyError as exc:
                     if info.get("_committed"):
                         raise  # bytes went out: the failure is the client's, as it is today
+                    if isinstance(exc, DeadlineExceeded):  # no time left for another attempt either
+                        self.attempts.labels(pool.provider.name, "deadline").inc()
+                        self.budget_exhausted.labels("deadline").inc()
+                        log.info("provider %s cut by the request's deadline (%gs) before the first byte",
+                                 pool.provider.name, settings.deadline_secs)
+                        await _noted(health.failed(pool))  # a deployment that hangs must trip its breaker
+                        raise
                     reason = classify(exc)
                     if reason is None:
                         raise
