@@ -19,7 +19,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
+from proxai import capture, count_tokens, gemini_client, ingress, inspector, models_endpoint, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -234,9 +234,9 @@ class Proxy:
 
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
-        query: str = "",
+        query: str = "", suffix: str = "",
     ) -> web.StreamResponse:
-        upstream = await self._send(request, provider, raw, stream, info, query=query)
+        upstream = await self._send(request, provider, raw, stream, info, query=query, suffix=suffix)
         try:
             await self._raise_for_status(upstream, provider)
             if not _is_event_stream(upstream):
@@ -577,7 +577,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
                     for note in notes:
                         log.debug("translation: %s", note)
             log_request(**info)
-            if paths.canonical(request.path) in PATHS:
+            if paths.canonical(request.path) in PATHS or gemini_client.split(request.path):
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:
                     request.app[PROXY_KEY].inspector.finish(info)
@@ -628,6 +628,7 @@ def build_app(
         app.router.add_post(path, proxy.handle)
         app.router.add_post(paths.unprefixed(path), proxy.handle)
     count_tokens.register(app, proxy, INFO_KEY)
+    gemini_client.register(app, proxy, INFO_KEY, CAPTURE_KEY)
     models_endpoint.register(app, proxy, INFO_KEY)
     responses_state.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)

@@ -18,10 +18,10 @@ from aiohttp import web
 from proxai import errors as E
 from proxai import paths, requestid
 from proxai.config import Config
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.routing import Router, compile_route
 
-FAMILY_PROTOCOLS = {"anthropic": (ANTHROPIC,), "openai": (CHAT, RESPONSES)}
+FAMILY_PROTOCOLS = {"anthropic": (ANTHROPIC,), "openai": (CHAT, RESPONSES), "google": (GEMINI,)}
 # Anthropic's ModelInfo requires a release date; "an epoch value if the release date is unknown".
 UNKNOWN_DATE = "1970-01-01T00:00:00Z"
 ANTHROPIC_DEFAULT_LIMIT, ANTHROPIC_MAX_LIMIT = 20, 1000
