@@ -1,0 +1,249 @@
+"""End to end: the official google-genai SDK as the client, a Chat Completions, Responses
+or Anthropic Messages provider behind the proxy (the mock upstream). Every test also
+checks what the provider received."""
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types
+
+from harness import CLIENT_KEY
+from proxai.mock import Error, Reasoning, RedactedReasoning, Refusal, Text, ToolCall, Turn, Usage
+
+CHAT, RESP, ANTH = "chat/gpt-up", "responses/resp-up", "anthropic/claude-up"
+PROVIDERS = [pytest.param(CHAT, id="chat"), pytest.param(RESP, id="responses"), pytest.param(ANTH, id="anthropic")]
+STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+UNICODE = "héllo wörld — 日本語 🎉🚀 ok"
+WEATHER = types.FunctionDeclaration(
+    name="get_weather", description="Weather for a city",
+    parameters_json_schema={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
+TIME = types.FunctionDeclaration(name="get_time", description="The time now")  # no parameters
+TOOLS = [types.Tool(function_declarations=[WEATHER, TIME])]
+TOOL_STOP = {"openai_chat_completions": "tool_calls", "openai_responses": "completed", "anthropic_messages": "tool_use"}
+
+
+def kind(model: str) -> str:
+    return model.split("/", 1)[0]
+
+
+@pytest.fixture
+def gclient(proxy):
+    return genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=proxy.url))
+
+
+def sent(mock) -> dict:
+    assert mock.requests, "the provider received nothing"
+    return mock.requests[-1].body
+
+
+def generate(client, model, stream, contents="hi", **config):
+    cfg = types.GenerateContentConfig(**config) if config else None
+    if not stream:
+        return client.models.generate_content(model=model, contents=contents, config=cfg)
+    chunks = list(client.models.generate_content_stream(model=model, contents=contents, config=cfg))
+    assert chunks, "no chunks"
+    return chunks
+
+
+def parts_of(result, stream):
+    """All parts of the answer: one response, or every chunk's in order."""
+    responses = result if stream else [result]
+    return [p for r in responses if r.candidates for p in (r.candidates[0].content.parts or [])]
+
+
+def last(result, stream):
+    return result[-1] if stream else result
+
+
+def text_of(result, stream):
+    return "".join(p.text for p in parts_of(result, stream) if p.text and not p.thought)
+
+
+def user_messages(body, model):
+    """The provider's turns as (role, text) pairs."""
+    if kind(model) == "responses":
+        return body["input"]
+    return body["messages"]
+
+
+@STREAMS
+@pytest.mark.parametrize("model", PROVIDERS)
+class TestPairs:
+    def test_text_system_usage(self, mock, gclient, model, stream):
+        mock.enqueue(Turn([Text(UNICODE)], split_bytes=3,
+                          usage=Usage(input_tokens=30, output_tokens=9, cached_tokens=12, reasoning_tokens=4)))
+        extra = {} if kind(model) == "responses" else {"stop_sequences": ["STOP"]}  # Responses has none
+        result = generate(gclient, model, stream, contents="hi", system_instruction="be brief",
+                          temperature=0.3, top_p=0.9, max_output_tokens=256, **extra)
+        assert text_of(result, stream) == UNICODE
+        final = last(result, stream)
+        assert final.candidates[0].finish_reason == types.FinishReason.STOP
+        u = final.usage_metadata
+        assert u.prompt_token_count == 30 and u.cached_content_token_count == 12
+        assert u.thoughts_token_count == 4 and u.candidates_token_count == 5 and u.total_token_count == 39
+        body = sent(mock)
+        assert body["temperature"] == 0.3 and body["top_p"] == 0.9
+        assert body.get("stream", False) == stream
+        if kind(model) == "chat":
+            assert body["model"] == "gpt-up"
+            assert body["messages"][0] == {"role": "system", "content": "be brief"}
+            assert body["messages"][1]["role"] == "user"
+            assert body["stop"] in (["STOP"], "STOP")
+        elif kind(model) == "responses":
+            assert body["model"] == "resp-up" and body["instructions"] == "be brief"
+            assert body["max_output_tokens"] == 256
+        else:
+            assert body["model"] == "claude-up" and body["max_tokens"] == 256
+            assert body["system"][0]["text"] == "be brief" if isinstance(body["system"], list) else body["system"] == "be brief"
+            assert body["stop_sequences"] == ["STOP"]
+        # the client's key never goes upstream
+        headers = mock.requests[-1].headers
+        assert CLIENT_KEY not in json.dumps(headers)
+
+    def test_parallel_tool_calls(self, mock, gclient, model, stream):
+        mock.enqueue(Turn([Text("Checking."),
+                           ToolCall("call_1", "get_weather", '{"city": "Paris"}', chunks=['{"ci', 'ty": "Pa', 'ris"}']),
+                           ToolCall("call_2", "get_weather", '{"city": "Oslo"}', chunks=['{"city"', ': "Oslo"}']),
+                           ToolCall("call_3", "get_time", "{}")],
+                          stop=TOOL_STOP, interleave_tools=True))
+        result = generate(gclient, model, stream, contents="weather?", tools=TOOLS,
+                          tool_config=types.ToolConfig(function_calling_config=types.FunctionCallingConfig(mode="AUTO")))
+        calls = [p.function_call for p in parts_of(result, stream) if p.function_call]
+        assert [(c.id, c.name, c.args) for c in calls] == [
+            ("call_1", "get_weather", {"city": "Paris"}), ("call_2", "get_weather", {"city": "Oslo"}),
+            ("call_3", "get_time", {})]
+        assert last(result, stream).candidates[0].finish_reason == types.FinishReason.STOP
+        body = sent(mock)
+        if kind(model) == "chat":
+            assert body["tools"][0]["function"]["parameters"] == WEATHER.parameters_json_schema
+            assert body["tools"][1]["function"]["name"] == "get_time"
+            assert body["tool_choice"] == "auto"
+        elif kind(model) == "responses":
+            assert body["tools"][0]["parameters"] == WEATHER.parameters_json_schema
+            assert body["tool_choice"] == "auto"
+        else:
+            assert body["tools"][0]["input_schema"] == WEATHER.parameters_json_schema
+            assert body["tools"][1]["input_schema"]["type"] == "object"  # the no-arg tool
+            assert body["tool_choice"]["type"] == "auto"
+
+    def test_tool_results_without_ids(self, mock, gclient, model, stream):
+        """The SDK's history may drop call ids: each response answers the earliest open call
+        of its name, and the provider sees matching minted ids."""
+        mock.enqueue(Turn([Text("Sunny and rainy.")]))
+        contents = [
+            types.Content(role="user", parts=[types.Part(text="weather?")]),
+            types.Content(role="model", parts=[
+                types.Part(function_call=types.FunctionCall(name="get_weather", args={"city": "Paris"})),
+                types.Part(function_call=types.FunctionCall(name="get_weather", args={"city": "Oslo"}))]),
+            types.Content(role="user", parts=[
+                types.Part(function_response=types.FunctionResponse(name="get_weather", response={"output": "sunny"})),
+                types.Part(function_response=types.FunctionResponse(name="get_weather", response={"output": "rainy"}))]),
+        ]
+        result = generate(gclient, model, stream, contents=contents, tools=TOOLS)
+        assert text_of(result, stream) == "Sunny and rainy."
+        body = sent(mock)
+        calls, answers = _calls_and_answers(body, model)
+        assert [c[1] for c in calls] == [{"city": "Paris"}, {"city": "Oslo"}]
+        assert [a[0] for a in answers] == [c[0] for c in calls]
+        assert len(set(c[0] for c in calls)) == 2
+        assert [json.loads(a[1]) for a in answers] == [{"output": "sunny"}, {"output": "rainy"}]
+        # stable: the same history mints the same ids
+        mock.enqueue(Turn([Text("again")]))
+        generate(gclient, model, stream, contents=contents, tools=TOOLS)
+        assert [c[0] for c in _calls_and_answers(sent(mock), model)[0]] == [c[0] for c in calls]
+
+    def test_tool_results_with_ids(self, mock, gclient, model, stream):
+        mock.enqueue(Turn([Text("ok")]))
+        contents = [
+            types.Content(role="user", parts=[types.Part(text="weather?")]),
+            types.Content(role="model", parts=[
+                types.Part(function_call=types.FunctionCall(id="toolu_a", name="get_weather", args={"city": "Paris"})),
+                types.Part(function_call=types.FunctionCall(id="toolu_b", name="get_time", args={}))]),
+            types.Content(role="user", parts=[
+                types.Part(function_response=types.FunctionResponse(id="toolu_b", name="get_time", response={"output": "noon"})),
+                types.Part(function_response=types.FunctionResponse(id="toolu_a", name="get_weather", response={"error": "down"}))]),
+        ]
+        generate(gclient, model, stream, contents=contents, tools=TOOLS)
+        calls, answers = _calls_and_answers(sent(mock), model)
+        assert [c[0] for c in calls] == ["toolu_a", "toolu_b"]
+        assert [a[0] for a in answers] == ["toolu_b", "toolu_a"]
+        if kind(model) == "anthropic":
+            results = [b for m in sent(mock)["messages"] for b in (m["content"] if isinstance(m["content"], list) else [])
+                       if b.get("type") == "tool_result"]
+            assert results[1].get("is_error") is True
+
+    def test_media_and_structured_output(self, mock, gclient, model, stream):
+        png = b"\x89PNG\r\n\x1a\n\xff\xfe\xfd"
+        mock.enqueue(Turn([Text('{"color": "red"}')]))
+        schema = {"type": "object", "properties": {"color": {"type": "string"}}, "required": ["color"]}
+        result = generate(gclient, model, stream,
+                          contents=[types.Content(role="user", parts=[
+                              types.Part(text="what color?"),
+                              types.Part(inline_data=types.Blob(mime_type="image/png", data=png))])],
+                          response_mime_type="application/json", response_json_schema=schema)
+        assert json.loads(text_of(result, stream)) == {"color": "red"}
+        body = sent(mock)
+        standard = base64.b64encode(png).decode()  # the SDK sent URL-safe base64
+        assert "-" in base64.urlsafe_b64encode(png).decode() or "_" in base64.urlsafe_b64encode(png).decode()
+        if kind(model) == "chat":
+            image = body["messages"][-1]["content"][1]
+            assert image["image_url"]["url"] == f"data:image/png;base64,{standard}"
+            assert body["response_format"]["json_schema"]["schema"] == schema
+        elif kind(model) == "responses":
+            image = body["input"][-1]["content"][1]
+            assert image["image_url"] == f"data:image/png;base64,{standard}"
+            assert body["text"]["format"]["schema"] == schema
+        else:
+            image = body["messages"][-1]["content"][1]
+            assert image["source"] == {"type": "base64", "media_type": "image/png", "data": standard}
+            assert body["output_config"]["format"]["schema"] == schema
+
+    def test_max_tokens_and_refusal(self, mock, gclient, model, stream):
+        mock.enqueue(Turn([Text("cut")], stop={"openai_chat_completions": "length",
+                                               "openai_responses": "incomplete:max_output_tokens",
+                                               "anthropic_messages": "max_tokens"}))
+        result = generate(gclient, model, stream)
+        assert last(result, stream).candidates[0].finish_reason == types.FinishReason.MAX_TOKENS
+        mock.enqueue(Turn([Refusal("I can't help with that.", explanation="policy")]))
+        result = generate(gclient, model, stream)
+        assert last(result, stream).candidates[0].finish_reason == types.FinishReason.SAFETY
+
+    def test_upstream_error_with_retry_after(self, mock, gclient, model, stream):
+        mock.enqueue(Error(429, headers={"Retry-After": "7"}, message="slow down"))
+        with pytest.raises(genai_errors.ClientError) as info:
+            generate(gclient, model, stream)
+        err = info.value
+        assert err.code == 429 and err.status == "RESOURCE_EXHAUSTED"
+        assert "slow down" in err.message
+        assert err.response.headers.get("retry-after") == "7"
+
+
+def _calls_and_answers(body, model):
+    """[(id, args)] of the assistant's calls and [(call id, text)] of the results, as the provider got them."""
+    calls, answers = [], []
+    if kind(model) == "chat":
+        for m in body["messages"]:
+            for c in m.get("tool_calls") or []:
+                calls.append((c["id"], json.loads(c["function"]["arguments"])))
+            if m["role"] == "tool":
+                answers.append((m["tool_call_id"], m["content"] if isinstance(m["content"], str) else m["content"][0]["text"]))
+    elif kind(model) == "responses":
+        for item in body["input"]:
+            if item.get("type") == "function_call":
+                calls.append((item["call_id"], json.loads(item["arguments"])))
+            if item.get("type") == "function_call_output":
+                out = item["output"]
+                answers.append((item["call_id"], out if isinstance(out, str) else out[0]["text"]))
+    else:
+        for m in body["messages"]:
+            for b in m["content"] if isinstance(m["content"], list) else []:
+                if b["type"] == "tool_use":
+                    calls.append((b["id"], b["input"]))
+                if b["type"] == "tool_result":
+                    content = b["content"]
+                    answers.append((b["tool_use_id"], content if isinstance(content, str) else content[0]["text"]))
+    return calls, answers
