@@ -96,7 +96,7 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
         info = request[info_key]
         info["client_protocol"] = GEMINI
         served = models_endpoint.catalog(proxy.config, proxy.router, "google")
-        return _respond(200, orjson.dumps({"models": [model_entry(e) for e in served]}), {}, info)
+        return _respond(200, orjson.dumps({"models": [models_endpoint.gemini_model(e) for e in served]}), {}, info)
 
     async def get_model(request: web.Request) -> web.Response:
         authorize(proxy, request)
@@ -109,21 +109,12 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
             or models_endpoint._served_by(proxy.router, model, "google")
         if entry is None:
             raise E.NotFound(f"model {model!r} is not served by this proxy", param="model")
-        return _respond(200, orjson.dumps(model_entry(entry)), {}, info)
+        return _respond(200, orjson.dumps(models_endpoint.gemini_model(entry)), {}, info)
 
     for version in VERSIONS:
         app.router.add_post(version + "/models/{tail:.+}", post)
     app.router.add_get("/v1beta/models", list_models)
     app.router.add_get("/v1beta/models/{name:.+}", get_model)
-
-
-def model_entry(entry) -> dict:
-    """types.Model as the Gemini API lists it."""
-    out = {"name": f"models/{entry.id}", "displayName": entry.id,
-           "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}
-    if entry.max_tokens is not None:
-        out["outputTokenLimit"] = entry.max_tokens
-    return out
 
 
 async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: str, stream: bool) -> web.StreamResponse:
@@ -200,7 +191,10 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
 
 
 def _estimate(body: dict, info: dict) -> web.Response:
-    payload = {k: v for k, v in body.items() if k not in ("model", "stream")}
+    # The estimate reads the fields of the other protocols: Gemini's are given their names.
+    payload = {"messages": body.get("contents"), "system": body.get("systemInstruction"),
+               "tools": [d for t in body.get("tools") or () if isinstance(t, dict)
+                         for d in t.get("functionDeclarations") or t.get("function_declarations") or ()]}
     response = _respond(200, orjson.dumps({"totalTokens": token_estimate.estimate(payload)}), {}, info)
     response.headers[count_tokens.ESTIMATE_HEADER] = "estimate"
     info["outcome"] = "estimated"

@@ -247,3 +247,186 @@ def _calls_and_answers(body, model):
                     content = b["content"]
                     answers.append((b["tool_use_id"], content if isinstance(content, str) else content[0]["text"]))
     return calls, answers
+
+
+@STREAMS
+@pytest.mark.parametrize("model", [pytest.param(ANTH, id="anthropic"), pytest.param(RESP, id="responses")])
+def test_reasoning_state_replayed_byte_identical(mock, gclient, model, stream):
+    """An Anthropic signature / Responses encrypted reasoning reaches the Gemini client as a
+    thoughtSignature; sent back in the history, the provider gets it byte-identical."""
+    secret = "EqQBCkYIBxgCKkD+/sig=="
+    block = Reasoning("Let me think… 日本", signature=secret) if kind(model) == "anthropic" else \
+        Reasoning("Let me think… 日本", encrypted_content=secret)
+    mock.enqueue(Turn([block, Text("Answer.")]))
+    result = generate(gclient, model, stream, thinking_config=types.ThinkingConfig(include_thoughts=True, thinking_budget=4096))
+    parts = parts_of(result, stream)
+    thoughts = [p for p in parts if p.thought]
+    assert "".join(p.text or "" for p in thoughts) == "Let me think… 日本"
+    assert any(p.thought_signature for p in thoughts)
+    first = sent(mock)
+    if kind(model) == "anthropic":
+        assert first["thinking"]["type"] in ("enabled", "adaptive")
+    else:
+        assert first["reasoning"]["effort"] == "medium" and first["reasoning"]["summary"] == "auto"
+    # Next turn: the SDK's own history (one Content per stream chunk when streaming).
+    history = [types.Content(role="user", parts=[types.Part(text="hi")])]
+    responses = result if stream else [result]
+    history += [r.candidates[0].content for r in responses if r.candidates and r.candidates[0].content.parts]
+    history.append(types.Content(role="user", parts=[types.Part(text="and?")]))
+    mock.enqueue(Turn([Text("More.")]))
+    generate(gclient, model, stream, contents=history)
+    body = sent(mock)
+    if kind(model) == "anthropic":
+        assistant = next(m for m in body["messages"] if m["role"] == "assistant")
+        thinking = [b for b in assistant["content"] if b["type"] == "thinking"]
+        assert thinking == [{"type": "thinking", "thinking": "Let me think… 日本", "signature": secret}]
+    else:
+        item = next(i for i in body["input"] if i.get("type") == "reasoning")
+        assert item["encrypted_content"] == secret
+
+
+def test_signature_never_reaches_another_family(mock, gclient):
+    mock.enqueue(Turn([Reasoning("hmm", signature="SIG-anthropic"), Text("A.")]))
+    first = generate(gclient, ANTH, False)
+    mock.enqueue(Turn([Text("B.")]))
+    generate(gclient, CHAT, False, contents=[types.Content(role="user", parts=[types.Part(text="hi")]),
+                                           first.candidates[0].content,
+                                           types.Content(role="user", parts=[types.Part(text="next")])])
+    assert "SIG-anthropic" not in mock.requests[-1].raw.decode()
+
+
+def test_redacted_thinking_round_trip(mock, gclient):
+    mock.enqueue(Turn([RedactedReasoning("opaque-data=="), Text("A.")]))
+    first = generate(gclient, ANTH, True)
+    history = [types.Content(role="user", parts=[types.Part(text="hi")])]
+    history += [r.candidates[0].content for r in first if r.candidates and r.candidates[0].content.parts]
+    history.append(types.Content(role="user", parts=[types.Part(text="next")]))
+    mock.enqueue(Turn([Text("B.")]))
+    generate(gclient, ANTH, False, contents=history)
+    assistant = next(m for m in sent(mock)["messages"] if m["role"] == "assistant")
+    assert {"type": "redacted_thinking", "data": "opaque-data=="} in assistant["content"]
+
+
+@pytest.mark.parametrize("model", PROVIDERS)
+def test_stream_cut_short_is_an_error(mock, gclient, model):
+    mock.enqueue(Turn([Text("partial answer that goes on")], cut_after=3))
+    with pytest.raises(genai_errors.APIError) as info:
+        generate(gclient, model, True)
+    assert info.value.code == 502
+
+
+def test_stream_stalled_is_an_error(harness, start_proxy, mock):
+    config = harness.default_config()
+    config["providers"]["anthropic"]["read_idle_timeout_secs"] = 0.5
+    p = start_proxy(config)
+    client = genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=p.url))
+    mock.enqueue(Turn([Text("slow")], stall_after=2, stall_secs=3))
+    with pytest.raises(genai_errors.APIError) as info:
+        list(client.models.generate_content_stream(model=ANTH, contents="hi"))
+    assert info.value.code in (502, 504)
+
+
+def test_every_finish_reason(mock, gclient):
+    cases = {"end_turn": "STOP", "max_tokens": "MAX_TOKENS", "stop_sequence": "STOP", "pause_turn": "STOP",
+             "refusal": "SAFETY", "model_context_window_exceeded": "MAX_TOKENS", "tool_use": "STOP"}
+    for stop, expected in cases.items():
+        blocks = [ToolCall("toolu_1", "get_time", "{}")] if stop == "tool_use" else [Text("x")]
+        for stream in (False, True):
+            mock.enqueue(Turn(blocks, stop={"anthropic_messages": stop}))
+            result = generate(gclient, ANTH, stream, tools=TOOLS)
+            assert last(result, stream).candidates[0].finish_reason.value == expected, (stop, stream)
+
+
+def test_gemini_errors_name_the_field(proxy, gclient, mock):
+    with pytest.raises(genai_errors.ClientError) as info:
+        generate(gclient, ANTH, False, cached_content="cachedContents/abc")
+    err = info.value
+    assert err.code == 400 and err.status == "INVALID_ARGUMENT" and "cachedContent" in err.message
+    assert err.details["error"]["details"][0]["fieldViolations"][0]["field"] == "cachedContent"
+    assert not mock.requests
+
+
+def post_json(url, body, headers=None):
+    """(status, JSON body) of a POST made without an SDK."""
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(req) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def test_client_auth_header_or_key_param(harness, start_proxy, mock):
+    config = harness.default_config()
+    config["server"] = {"api_keys": ["gem-key-1"]}
+    p = start_proxy(config)
+    ok = genai.Client(api_key="gem-key-1", http_options=types.HttpOptions(base_url=p.url))
+    mock.enqueue(Turn([Text("hi")]))
+    assert ok.models.generate_content(model=CHAT, contents="x").text == "hi"
+    assert "gem-key-1" not in json.dumps(mock.requests[-1].headers) + mock.requests[-1].query
+    bad = genai.Client(api_key="nope", http_options=types.HttpOptions(base_url=p.url))
+    with pytest.raises(genai_errors.ClientError) as info:
+        bad.models.generate_content(model=CHAT, contents="x")
+    assert info.value.code == 401 and info.value.status == "UNAUTHENTICATED"
+    mock.enqueue(Turn([Text("by query")]))
+    status, answer = post_json(f"{p.url}/v1/models/{CHAT}:generateContent?key=gem-key-1",
+                               {"contents": [{"role": "user", "parts": [{"text": "x"}]}]})
+    assert status == 200 and answer["candidates"][0]["content"]["parts"][0]["text"] == "by query"
+    assert "gem-key-1" not in mock.requests[-1].query + json.dumps(mock.requests[-1].headers)
+    status, answer = post_json(f"{p.url}/v1/models/{CHAT}:generateContent?key=wrong", {"contents": []})
+    assert status == 401 and answer["error"]["status"] == "UNAUTHENTICATED"
+
+
+def test_snake_case_keys_and_url_safe_bytes(mock, proxy):
+    """Keys the SDK sends in snake_case inside camelCase JSON, and URL-safe base64."""
+    png = b"\xfb\xff\xfe"
+    mock.enqueue(Turn([Text("ok")]))
+    status, answer = post_json(f"{proxy.url}/v1beta/models/{ANTH}:generateContent", headers={"x-goog-api-key": CLIENT_KEY}, body={
+        "contents": [{"role": "user", "parts": [{"text": "x"}, {"inline_data": {"mime_type": "image/png",
+                                                                                "data": base64.urlsafe_b64encode(png).decode().rstrip("=")}}]}],
+        "tools": [{"function_declarations": [{"name": "f", "parameters_json_schema": {"type": "object", "properties": {"a_b": {"type": "string"}}}}]}],
+        "generationConfig": {"thinking_config": {"include_thoughts": True, "thinking_budget": 1024}, "max_output_tokens": 100}})
+    assert status == 200, answer
+    body = sent(mock)
+    assert body["messages"][0]["content"][1]["source"]["data"] == base64.b64encode(png).decode()
+    assert body["tools"][0]["input_schema"] == {"type": "object", "properties": {"a_b": {"type": "string"}}}
+    assert body["max_tokens"] == 100 and body["thinking"]["type"] in ("enabled", "adaptive")
+
+
+def test_openapi_schema_parameters(mock, gclient):
+    decl = types.FunctionDeclaration(name="f", parameters=types.Schema(
+        type="OBJECT", properties={"n": types.Schema(type="INTEGER", nullable=True)}, required=["n"]))
+    mock.enqueue(Turn([Text("ok")]))
+    generate(gclient, CHAT, False, tools=[types.Tool(function_declarations=[decl])])
+    assert sent(mock)["tools"][0]["function"]["parameters"] == {
+        "type": "object", "properties": {"n": {"type": ["integer", "null"]}}, "required": ["n"]}
+
+
+@pytest.mark.parametrize("model", PROVIDERS)
+def test_count_tokens(mock, gclient, model):
+    if kind(model) != "chat":
+        mock.enqueue(lambda rec: __import__("proxai.mock", fromlist=["Json"]).Json({"input_tokens": 42} if kind(model) == "anthropic"
+                                                                                   else {"object": "response.input_tokens", "input_tokens": 42}))
+    result = gclient.models.count_tokens(model=model, contents="how many tokens?")
+    if kind(model) == "chat":
+        assert result.total_tokens > 0 and not mock.requests  # the local estimate
+    else:
+        assert result.total_tokens == 42
+        rec = mock.requests[-1]
+        assert rec.path.endswith("/count_tokens" if kind(model) == "anthropic" else "/input_tokens")
+
+
+def test_models_list_and_get(harness, start_proxy):
+    config = harness.default_config()
+    config["providers"]["anthropic"]["models"] = ["claude-listed"]
+    config["routing"]["default_providers"]["gemini_generate_content"] = "anthropic"
+    p = start_proxy(config)
+    client = genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=p.url))
+    names = [m.name for m in client.models.list()]
+    assert "models/claude-listed" in names
+    model = client.models.get(model="claude-listed")
+    assert model.name == "models/claude-listed" and "generateContent" in model.supported_actions
