@@ -430,3 +430,36 @@ def test_models_list_and_get(harness, start_proxy):
     assert "models/claude-listed" in names
     model = client.models.get(model="claude-listed")
     assert model.name == "models/claude-listed" and "generateContent" in model.supported_actions
+
+
+def test_translate_cli_takes_a_gemini_request(tmp_path):
+    from proxai import dryrun
+    import engine
+
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 64}}
+    out, _ = dryrun.translate(engine.Engine.load(), "request", "gemini_generate_content", "anthropic_messages",
+                              json.dumps(body).encode(), model="claude-x")
+    result = json.loads(out)
+    assert result["model"] == "claude-x" and result["max_tokens"] == 64
+    assert result["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]
+
+
+def test_key_query_parameter_is_redacted_in_captures(harness, start_proxy, mock, tmp_path, monkeypatch):
+    from proxai import capture
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("PROXAI_HOME", str(home))
+    config = harness.default_config()
+    config["capture"] = dict.fromkeys(capture.PHASES, True)
+    config["server"] = {"api_keys": ["gem-secret-key"]}
+    p = start_proxy(config)
+    mock.enqueue(Turn([Text("x")]))
+    status, _ = post_json(f"{p.url}/v1beta/models/{CHAT}:generateContent?key=gem-secret-key",
+                          {"contents": [{"role": "user", "parts": [{"text": "x"}]}]})
+    assert status == 200
+    files = list((home / "captures").glob("*.http"))
+    assert any(f.name.endswith(".inbound_request.http") for f in files)
+    for f in files:
+        assert b"gem-secret-key" not in f.read_bytes(), f.name
+    inbound = next(f for f in files if f.name.endswith(".inbound_request.http")).read_bytes()
+    assert b"key=[redacted]" in inbound
