@@ -23,7 +23,7 @@ from proxai import capture, count_tokens, gemini_client, ingress, inspector, mod
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.logs import log_request
 from proxai.metrics import Metrics
 from proxai.passthrough import PassthroughWatch, StreamRelay
@@ -669,7 +669,8 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
     return Config(
         providers=providers,
         server=server or ServerConfig(),
-        default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic"},
+        # Gemini clients: `chat/...`, `responses/...`, `anthropic/...` pick a provider; other names go to Chat.
+        default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic", GEMINI: "demo-chat"},
         routes=routes,
         tool_call_timeout_secs=120.0,
         state=StateConfig(backend="memory"),

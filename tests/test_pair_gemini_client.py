@@ -463,3 +463,30 @@ def test_key_query_parameter_is_redacted_in_captures(harness, start_proxy, mock,
         assert b"gem-secret-key" not in f.read_bytes(), f.name
     inbound = next(f for f in files if f.name.endswith(".inbound_request.http")).read_bytes()
     assert b"key=[redacted]" in inbound
+
+
+@pytest.mark.parametrize("model", PROVIDERS)
+def test_upstream_error_mid_stream_is_a_gemini_error_chunk(proxy, mock, model):
+    """The text so far reaches the client, then one `data: {"error": ...}` chunk, which the
+    SDK raises as APIError; nothing after it."""
+    import urllib.request
+
+    mock.enqueue(Turn([Text("partial answer here")], error_after=3,
+                      error={"type": "overloaded_error", "message": "overloaded"} if kind(model) == "anthropic"
+                      else {"message": "overloaded", "type": "server_error", "code": "server_error"}))
+    req = urllib.request.Request(f"{proxy.url}/v1beta/models/{model}:streamGenerateContent?alt=sse", method="POST",
+                                 data=json.dumps({"contents": [{"role": "user", "parts": [{"text": "x"}]}]}).encode(),
+                                 headers={"Content-Type": "application/json", "x-goog-api-key": CLIENT_KEY})
+    with urllib.request.urlopen(req) as resp:
+        raw = resp.read().decode()
+    chunks = [json.loads(line[6:]) for line in raw.split("\n") if line.startswith("data: ")]
+    assert "[DONE]" not in raw
+    assert "error" in chunks[-1] and list(chunks[-1])[0] == "error"
+    assert chunks[-1]["error"]["status"] in ("UNAVAILABLE", "INTERNAL") and isinstance(chunks[-1]["error"]["code"], int)
+    assert all("candidates" in c and "finishReason" not in c["candidates"][0] for c in chunks[:-1])
+    client = genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=proxy.url))
+    mock.enqueue(Turn([Text("partial answer here")], error_after=3,
+                      error={"type": "overloaded_error", "message": "overloaded"} if kind(model) == "anthropic"
+                      else {"message": "overloaded", "type": "server_error", "code": "server_error"}))
+    with pytest.raises(genai_errors.APIError):
+        list(client.models.generate_content_stream(model=model, contents="x"))
