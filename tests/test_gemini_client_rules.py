@@ -174,3 +174,17 @@ def test_capture_start_lines_redact_the_key_parameter():
     assert redact_target(line) == "POST /v1beta/models/x:streamGenerateContent?alt=sse&key=[redacted] HTTP/1.1"
     assert redact_target("POST /v1/messages HTTP/1.1") == "POST /v1/messages HTTP/1.1"
     assert redact_target("HTTP/1.1 200 OK") == "HTTP/1.1 200 OK"
+
+
+def test_every_generation_config_field_is_decided():
+    """Each GenerationConfig field the SDK types (camelCase on the wire) is mapped, advisory
+    or rejected in the request decoder, so a field a new SDK adds fails here until decided."""
+    from pathlib import Path
+
+    from google.genai import types
+    from pydantic.alias_generators import to_camel
+
+    text = (Path(__file__).resolve().parent.parent / "rules" / GEMINI / "request.decode.yaml").read_text(encoding="utf-8")
+    missing = [name for name in map(to_camel, types.GenerationConfig.model_fields)
+               if f"generationConfig.{name}" not in text]
+    assert not missing

@@ -360,7 +360,10 @@ def post_json(url, body, headers=None):
         return err.code, json.loads(err.read())
 
 
-def test_client_auth_header_or_key_param(harness, start_proxy, mock):
+def test_client_auth_header_or_key_param(harness, start_proxy, mock, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="proxai")
     config = harness.default_config()
     config["server"] = {"api_keys": ["gem-key-1"]}
     p = start_proxy(config)
@@ -379,6 +382,8 @@ def test_client_auth_header_or_key_param(harness, start_proxy, mock):
     assert "gem-key-1" not in mock.requests[-1].query + json.dumps(mock.requests[-1].headers)
     status, answer = post_json(f"{p.url}/v1/models/{CHAT}:generateContent?key=wrong", {"contents": []})
     assert status == 401 and answer["error"]["status"] == "UNAUTHENTICATED"
+    assert "client_protocol=gemini_generate_content" in caplog.text
+    assert "gem-key-1" not in caplog.text
 
 
 def test_snake_case_keys_and_url_safe_bytes(mock, proxy):
