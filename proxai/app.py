@@ -434,7 +434,8 @@ class Proxy:
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
             max_event_bytes=self.config.server.max_sse_event_bytes,
-            heartbeat=self.config.server.stream_heartbeat_secs,
+            # The google-genai SDK parses every non-data line as JSON and fails on an SSE comment.
+            heartbeat=0 if protocol == GEMINI else self.config.server.stream_heartbeat_secs,
         )
         return await self._stream(request, relay, upstream, info, turn)
 

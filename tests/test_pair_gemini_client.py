@@ -495,3 +495,14 @@ def test_upstream_error_mid_stream_is_a_gemini_error_chunk(proxy, mock, model):
                       else {"message": "overloaded", "type": "server_error", "code": "server_error"}))
     with pytest.raises(genai_errors.APIError):
         list(client.models.generate_content_stream(model=model, contents="x"))
+
+
+def test_no_heartbeat_comments_toward_gemini_clients(harness, start_proxy, mock):
+    """The SDK reads any line that is not `data:` as JSON: a keep-alive comment would break it."""
+    config = harness.default_config()
+    config["server"] = {"stream_heartbeat_secs": 0.2}
+    p = start_proxy(config)
+    client = genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=p.url))
+    mock.enqueue(Turn([Text("slow but fine")], stall_after=2, stall_secs=1.0))
+    chunks = list(client.models.generate_content_stream(model=ANTH, contents="hi"))
+    assert "".join(c.text or "" for c in chunks) == "slow but fine"
