@@ -208,6 +208,7 @@ class TestPairs:
                                                "anthropic_messages": "max_tokens"}))
         result = generate(gclient, model, stream)
         assert last(result, stream).candidates[0].finish_reason == types.FinishReason.MAX_TOKENS
+        assert sent(mock)["model"] == model.split("/", 1)[1] and sent(mock).get("stream", False) == stream
         mock.enqueue(Turn([Refusal("I can't help with that.", explanation="policy")]))
         result = generate(gclient, model, stream)
         assert last(result, stream).candidates[0].finish_reason == types.FinishReason.SAFETY
@@ -220,6 +221,7 @@ class TestPairs:
         assert err.code == 429 and err.status == "RESOURCE_EXHAUSTED"
         assert "slow down" in err.message
         assert err.response.headers.get("retry-after") == "7"
+        assert len(mock.requests) == 1 and sent(mock)["model"] == model.split("/", 1)[1]
 
 
 def _calls_and_answers(body, model):
@@ -313,6 +315,7 @@ def test_stream_cut_short_is_an_error(mock, gclient, model):
     with pytest.raises(genai_errors.APIError) as info:
         generate(gclient, model, True)
     assert info.value.code == 502
+    assert sent(mock)["stream"] is True
 
 
 def test_stream_stalled_is_an_error(harness, start_proxy, mock):
@@ -335,6 +338,7 @@ def test_every_finish_reason(mock, gclient):
             mock.enqueue(Turn(blocks, stop={"anthropic_messages": stop}))
             result = generate(gclient, ANTH, stream, tools=TOOLS)
             assert last(result, stream).candidates[0].finish_reason.value == expected, (stop, stream)
+            assert [t["name"] for t in sent(mock)["tools"]] == ["get_weather", "get_time"]
 
 
 def test_gemini_errors_name_the_field(proxy, gclient, mock):
