@@ -217,7 +217,7 @@ def error_body(protocol: str, err: ProxyError, tables: Mapping | None = None) ->
 def gemini_error_body(err: ProxyError, tables: Mapping | None = None) -> dict[str, Any]:
     """google.rpc.Status as the Gemini API sends it; the field, when known, also as a
     BadRequest field violation (where Google's own errors name it)."""
-    status = err.error_type if err.error_type and err.type_family == "google" else \
+    status = err.error_type if err.error_type and err.type_family == family(GEMINI) else \
         _lookup("http_status->gemini_generate_content.status", err.status, tables)
     message = err.message
     if err.param and err.param not in (message or ""):
