@@ -510,3 +510,25 @@ def test_no_heartbeat_comments_toward_gemini_clients(harness, start_proxy, mock)
     mock.enqueue(Turn([Text("slow but fine")], stall_after=2, stall_secs=1.0))
     chunks = list(client.models.generate_content_stream(model=ANTH, contents="hi"))
     assert "".join(c.text or "" for c in chunks) == "slow but fine"
+
+
+@STREAMS
+def test_sdk_chat_history_replays_the_signature(mock, gclient, stream):
+    """The SDK's own chat session keeps the history (one Content per chunk when streaming):
+    the second turn still carries the Anthropic signature byte-identical."""
+    chat = gclient.chats.create(model=ANTH)
+    mock.enqueue(Turn([Reasoning("plan: be kind", signature="SIG/+=x"), Text("Hello!")]))
+    if stream:
+        assert "".join(c.text or "" for c in chat.send_message_stream("hi")) == "Hello!"
+    else:
+        assert chat.send_message("hi").text == "Hello!"
+    mock.enqueue(Turn([Text("Again.")]))
+    if stream:
+        list(chat.send_message_stream("more"))
+    else:
+        chat.send_message("more")
+    messages = sent(mock)["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user"]
+    assistant = messages[1]["content"]
+    assert {"type": "thinking", "thinking": "plan: be kind", "signature": "SIG/+=x"} in assistant
+    assert any(b.get("type") == "text" and b.get("text") == "Hello!" for b in assistant), assistant

@@ -5,8 +5,8 @@
   ``mime_type``, ``parameters_json_schema`` inside camelCase JSON); user data (call
   arguments, responses, schemas) is left as is. Bytes fields arrive in either base64
   alphabet and leave in the standard one. Consecutive model turns (the SDK's chat history
-  keeps one per stream chunk) are one turn; consecutive thought parts are one reasoning
-  block, its signature being the one on any of them. Function calls without an id get a
+  keeps one per stream chunk) are one turn; in it, consecutive thought parts are one
+  reasoning block (its signature the one that ends them) and consecutive text parts one text. Function calls without an id get a
   stable minted one, and function responses without one are linked to their call.
 * ``signature``: a reasoning part's opaque state as a ``thoughtSignature``.
 * ``json_schema``: Gemini's OpenAPI ``Schema`` as the JSON Schema other providers take.
@@ -106,10 +106,16 @@ def normalize(scope):
     return body
 
 
+def _plain_text(part: dict) -> bool:
+    return isinstance(part.get("text"), str) and part.get("thought") is not True and "_envelope" not in part \
+        and not any(key in part for key in ("functionCall", "functionResponse", "inlineData", "fileData"))
+
+
 def _turn(scope, content: dict) -> dict:
     parts = content.get("parts")
     if not isinstance(parts, list):
         return content
+    model = content.get("role") == "model"
     out: list = []
     for part in parts:
         if not isinstance(part, dict):
@@ -130,12 +136,16 @@ def _turn(scope, content: dict) -> dict:
                 scope.ctx.trace("foreign thoughtSignature skipped")
             else:
                 part["_envelope"] = envelope
-        if part.get("thought") is True and out and isinstance(out[-1], dict) and out[-1].get("thought") is True \
-                and "_envelope" not in out[-1] and ("text" in part or "_envelope" in part):
-            previous = out[-1]
+        previous = out[-1] if out and isinstance(out[-1], dict) else None
+        if previous is not None and part.get("thought") is True and previous.get("thought") is True \
+                and "_envelope" not in previous and ("text" in part or "_envelope" in part):
             previous["text"] = (previous.get("text") or "") + (part.get("text") or "")
             if "_envelope" in part:
                 previous["_envelope"] = part["_envelope"]
+            continue
+        # A streamed answer kept as one part per chunk is one text block, as the model wrote it.
+        if model and previous is not None and _plain_text(part) and _plain_text(previous):
+            previous["text"] += part["text"]
             continue
         out.append(part)
     return dict(content, parts=out)
