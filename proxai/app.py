@@ -19,11 +19,11 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, count_tokens, ingress, inspector, models_endpoint, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
+from proxai import capture, count_tokens, gemini_client, ingress, inspector, models_endpoint, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.logs import log_request
 from proxai.metrics import Metrics
 from proxai.passthrough import PassthroughWatch, StreamRelay
@@ -234,9 +234,9 @@ class Proxy:
 
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
-        query: str = "",
+        query: str = "", suffix: str = "",
     ) -> web.StreamResponse:
-        upstream = await self._send(request, provider, raw, stream, info, query=query)
+        upstream = await self._send(request, provider, raw, stream, info, query=query, suffix=suffix)
         try:
             await self._raise_for_status(upstream, provider)
             if not _is_event_stream(upstream):
@@ -434,7 +434,8 @@ class Proxy:
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
             max_event_bytes=self.config.server.max_sse_event_bytes,
-            heartbeat=self.config.server.stream_heartbeat_secs,
+            # The google-genai SDK parses every non-data line as JSON and fails on an SSE comment.
+            heartbeat=0 if protocol == GEMINI else self.config.server.stream_heartbeat_secs,
         )
         return await self._stream(request, relay, upstream, info, turn)
 
@@ -577,7 +578,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
                     for note in notes:
                         log.debug("translation: %s", note)
             log_request(**info)
-            if paths.canonical(request.path) in PATHS:
+            if paths.canonical(request.path) in PATHS or gemini_client.split(request.path):
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:
                     request.app[PROXY_KEY].inspector.finish(info)
@@ -628,6 +629,7 @@ def build_app(
         app.router.add_post(path, proxy.handle)
         app.router.add_post(paths.unprefixed(path), proxy.handle)
     count_tokens.register(app, proxy, INFO_KEY)
+    gemini_client.register(app, proxy, INFO_KEY, CAPTURE_KEY)
     models_endpoint.register(app, proxy, INFO_KEY)
     responses_state.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)
@@ -668,7 +670,8 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
     return Config(
         providers=providers,
         server=server or ServerConfig(),
-        default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic"},
+        # Gemini clients: `chat/...`, `responses/...`, `anthropic/...` pick a provider; other names go to Chat.
+        default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic", GEMINI: "demo-chat"},
         routes=routes,
         tool_call_timeout_secs=120.0,
         state=StateConfig(backend="memory"),

@@ -67,8 +67,20 @@ def is_secret_header(name: str) -> bool:
     return lower in _SECRET_HEADERS or any(f in lower for f in _SECRET_FRAGMENTS)
 
 
+def redact_target(start_line: str) -> str:
+    """A key in the request target's query (Gemini's `?key=`) is a secret like a key header."""
+    method, sep, rest = start_line.partition(" ")
+    target, sep2, version = rest.partition(" ")
+    path, q, query = target.partition("?")
+    if not q or method.startswith("HTTP/"):
+        return start_line
+    pairs = [pair.partition("=") for pair in query.split("&")]
+    query = "&".join(f"{k}{eq}{REDACTED if is_secret_header(k) else v}" for k, eq, v in pairs)
+    return f"{method}{sep}{path}?{query}{sep2}{version}"
+
+
 def head(start_line: str, headers: Iterable[tuple[str, str]]) -> bytes:
-    lines = [start_line]
+    lines = [redact_target(start_line)]
     for name, value in headers:
         lines.append(f"{name}: {REDACTED if is_secret_header(name) else value}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "replace")

@@ -18,7 +18,8 @@ from pathlib import Path
 import engine
 from .sse import SSEParser
 
-PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")
+PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")
+GEMINI = "gemini_generate_content"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--client-request", help="(responses/streams) the client's request JSON, for echoed fields and include_usage")
     parser.add_argument("--prompt-caching", choices=("auto", "passthrough", "off"), default="auto",
                         help="the provider's prompt_caching policy (default auto)")
+    parser.add_argument("--model", help="(Gemini requests) the model, which Gemini clients put in the URL")
     parser.add_argument("file", help="the JSON body or SSE file ('-' for standard input)")
 
 
@@ -49,7 +51,8 @@ def run(args: argparse.Namespace, out=None) -> int:
     client_body = json.loads(Path(args.client_request).read_text()) if args.client_request else None
     try:
         result, traces = translate(eng, kind, args.source, args.target, raw, client_body, args.provider_name,
-                                   prompt_caching=args.prompt_caching, thinking_mode=args.thinking_mode)
+                                   prompt_caching=args.prompt_caching, thinking_mode=args.thinking_mode,
+                                   model=getattr(args, "model", None))
         out.write(result)
     except (ValueError, UnicodeDecodeError) as err:
         print(f"error: {args.file} is not valid JSON: {err}", file=sys.stderr)
@@ -66,7 +69,7 @@ def run(args: argparse.Namespace, out=None) -> int:
 
 def translate(eng: engine.Engine, kind: str, source: str, target: str, raw: bytes,
               client_body: dict | None = None, provider_name: str = "provider",
-              prompt_caching: str = "auto", thinking_mode: str = "adaptive") -> tuple[str, list[str]]:
+              prompt_caching: str = "auto", thinking_mode: str = "adaptive", model: str | None = None) -> tuple[str, list[str]]:
     """One payload through the rules: `kind` is request, response or stream; `source` the
     protocol it is written in. Returns the output text and the engine's trace lines.
     Raises ValueError / UnicodeDecodeError (not JSON) or engine.TranslationError."""
@@ -83,6 +86,9 @@ def translate(eng: engine.Engine, kind: str, source: str, target: str, raw: byte
         chunks.extend(translator.eof())
         return b"".join(chunks).decode(), ctx.traces
     body = json.loads(raw)
+    if request_side and source == GEMINI and isinstance(body, dict):
+        # The server takes these from the URL (models/{model}:streamGenerateContent).
+        body = {**body, "model": model or body.get("model") or "model", "stream": bool(body.get("stream"))}
     if client == provider:
         result = body
     elif request_side:

@@ -40,7 +40,8 @@ from engine.ruleset import BUILTIN_RULES, build_tables, layer, read_file
 CHAT = "openai_chat_completions"
 RESPONSES = "openai_responses"
 ANTHROPIC = "anthropic_messages"
-PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC)
+GEMINI = "gemini_generate_content"
+PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC, GEMINI)
 
 ERROR_TABLES = BUILTIN_RULES / "tables" / "errors.yaml"
 
@@ -172,6 +173,8 @@ def _lookup(name: str, status: int, tables: Mapping | None) -> str:
 
 
 def family(protocol: str) -> str:
+    if protocol == GEMINI:
+        return "google"
     return "anthropic" if protocol == ANTHROPIC else "openai"
 
 
@@ -191,6 +194,8 @@ def responses_error_code(status: int, tables: Mapping | None = None) -> str:
 
 
 def error_body(protocol: str, err: ProxyError, tables: Mapping | None = None) -> dict[str, Any]:
+    if protocol == GEMINI:
+        return gemini_error_body(err, tables)
     if protocol == ANTHROPIC:
         # The Anthropic error body has no param field: the field goes into the message.
         message = err.message
@@ -207,6 +212,21 @@ def error_body(protocol: str, err: ProxyError, tables: Mapping | None = None) ->
             "status": err.status,
         }
     }
+
+
+def gemini_error_body(err: ProxyError, tables: Mapping | None = None) -> dict[str, Any]:
+    """google.rpc.Status as the Gemini API sends it; the field, when known, also as a
+    BadRequest field violation (where Google's own errors name it)."""
+    status = err.error_type if err.error_type and err.type_family == family(GEMINI) else \
+        _lookup("http_status->gemini_generate_content.status", err.status, tables)
+    message = err.message
+    if err.param and err.param not in (message or ""):
+        message = f"{message} (at {err.param})"
+    body: dict[str, Any] = {"code": err.status, "message": message, "status": status}
+    if err.param:
+        body["details"] = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
+                            "fieldViolations": [{"field": err.param, "description": err.message}]}]
+    return {"error": body}
 
 
 def render_http(protocol: str, err: ProxyError, tables: Mapping | None = None) -> tuple[int, dict[str, str], bytes]:
@@ -232,7 +252,8 @@ def render_stream(
     """
     if protocol == ANTHROPIC:
         return encode_event(orjson.dumps(error_body(protocol, err, tables)), "error")
-    if protocol == CHAT:
+    if protocol in (CHAT, GEMINI):
+        # Gemini: a data line whose JSON starts with "error" (the SDK raises APIError on it).
         return encode_event(orjson.dumps(error_body(protocol, err, tables)))
     error_event = {
         "type": "error",

@@ -18,10 +18,10 @@ from aiohttp import web
 from proxai import errors as E
 from proxai import paths, requestid
 from proxai.config import Config
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.routing import Router, compile_route
 
-FAMILY_PROTOCOLS = {"anthropic": (ANTHROPIC,), "openai": (CHAT, RESPONSES)}
+FAMILY_PROTOCOLS = {"anthropic": (ANTHROPIC,), "openai": (CHAT, RESPONSES), "google": (GEMINI,)}
 # Anthropic's ModelInfo requires a release date; "an epoch value if the release date is unknown".
 UNKNOWN_DATE = "1970-01-01T00:00:00Z"
 ANTHROPIC_DEFAULT_LIMIT, ANTHROPIC_MAX_LIMIT = 20, 1000
@@ -112,7 +112,19 @@ def anthropic_page(entries: list[Served], query) -> dict[str, Any]:
             "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
 
 
+def gemini_model(entry: Served) -> dict[str, Any]:
+    """types.Model as the Gemini API lists it."""
+    out = {"name": f"models/{entry.id}", "displayName": entry.id,
+           "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}
+    if entry.max_tokens is not None:
+        out["outputTokenLimit"] = entry.max_tokens
+    return out
+
+
 def _family(request: web.Request) -> str:
+    # A Gemini client (google-genai) sends its key as x-goog-api-key or ?key=.
+    if "x-goog-api-key" in request.headers or "key" in request.rel_url.query:
+        return "google"
     return "anthropic" if paths.anthropic_client(request.headers) else "openai"
 
 
@@ -121,6 +133,14 @@ def _json(request: web.Request, info: dict, body: dict) -> web.Response:
     requestid.stamp(response.headers, info["request_id"])
     info["status"] = 200
     return response
+
+
+def _authorize(proxy, request: web.Request, family: str) -> None:
+    if family == "google":
+        from proxai import gemini_client
+
+        return gemini_client.authorize(proxy, request)
+    proxy._authorize(request)
 
 
 def register(app: web.Application, proxy, info_key) -> None:
@@ -135,19 +155,23 @@ def register(app: web.Application, proxy, info_key) -> None:
         return cache[key]
 
     async def list_models(request: web.Request) -> web.Response:
-        proxy._authorize(request)
         family = _family(request)
+        _authorize(proxy, request, family)
         info = request[info_key]
         info["client_protocol"] = FAMILY_PROTOCOLS[family][0]
         served = entries(family)
         if family == "anthropic":
             return _json(request, info, anthropic_page(served, request.query))
+        if family == "google":
+            return _json(request, info, {"models": [gemini_model(e) for e in served]})
         return _json(request, info, {"object": "list", "data": [openai_model(e) for e in served]})
 
     async def retrieve_model(request: web.Request) -> web.Response:
-        proxy._authorize(request)
         family = _family(request)
+        _authorize(proxy, request, family)
         model = request.match_info["model_id"]
+        if family == "google" and model.startswith("models/"):
+            model = model[len("models/"):]
         info = request[info_key]
         info.update(client_protocol=FAMILY_PROTOCOLS[family][0], model=model)
         entry = next((e for e in entries(family) if e.id.casefold() == model.casefold()), None)
@@ -158,7 +182,7 @@ def register(app: web.Application, proxy, info_key) -> None:
                 raise E.NotFound(f"model {model!r} is not served by this proxy", param="model",
                                  code=None if family == "anthropic" else "model_not_found")
         info["provider"] = entry.provider
-        body = anthropic_model(entry) if family == "anthropic" else openai_model(entry)
+        body = {"anthropic": anthropic_model, "google": gemini_model}.get(family, openai_model)(entry)
         return _json(request, info, body)
 
     for base in (paths.MODELS, paths.unprefixed(paths.MODELS)):

@@ -25,7 +25,7 @@ import orjson
 from aiohttp import web
 
 from proxai.errors import (
-    ANTHROPIC, CHAT, RESPONSES, Overloaded, StreamError, UpstreamProtocolError, UpstreamTimeout, render_stream,
+    ANTHROPIC, CHAT, GEMINI, RESPONSES, Overloaded, StreamError, UpstreamProtocolError, UpstreamTimeout, render_stream,
 )
 from proxai.sse import EventTooLarge, SSEEvent, SSEParser
 
@@ -72,7 +72,8 @@ class PassthroughWatch:
         self._seq = -1  # Responses: highest sequence_number seen
         self._snapshot: dict[str, Any] | None = None  # Responses: last lifecycle snapshot
         self._items: dict[int, Any] = {}  # Responses: output items seen, by output_index
-        self._feed = {CHAT: self._feed_chat, RESPONSES: self._feed_responses, ANTHROPIC: self._feed_anthropic}[protocol]
+        self._feed = {CHAT: self._feed_chat, RESPONSES: self._feed_responses, ANTHROPIC: self._feed_anthropic,
+                      GEMINI: self._feed_gemini}[protocol]
 
     def feed(self, event: SSEEvent) -> list[bytes]:
         if self.complete or self.failed:
@@ -151,6 +152,18 @@ class PassthroughWatch:
             self.in_tool_arguments = isinstance(block, dict) and block.get("type") == "tool_use"
         elif name == "content_block_stop":
             self.in_tool_arguments = False
+
+    # Gemini: no terminal event; a chunk with a finishReason completes the stream, and an
+    # `error` object is the upstream's own failure. Calls arrive whole, never in fragments.
+    def _feed_gemini(self, name: str | None, payload: dict) -> None:
+        if payload.get("error"):
+            self.failed = True
+            return
+        candidates = payload.get("candidates")
+        if isinstance(candidates, list) and any(isinstance(c, dict) and c.get("finishReason") for c in candidates):
+            self.complete = True
+        elif isinstance(payload.get("promptFeedback"), dict) and payload["promptFeedback"].get("blockReason"):
+            self.complete = True  # a blocked prompt: no candidates at all
 
     def eof(self) -> list[bytes]:
         if self.complete or self.failed:

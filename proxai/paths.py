@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 
 PREFIX = "/v1"
 
@@ -34,10 +34,18 @@ def anthropic_client(headers: Mapping[str, str]) -> bool:
     return "anthropic-version" in headers or "x-api-key" in headers or "anthropic-beta" in headers
 
 
+def _gemini_method(path: str) -> bool:
+    """`/v1/models/{model}:generateContent` and its siblings are Gemini's."""
+    return path.startswith("/v1/models/") and path.rpartition(":")[2] in (
+        "generateContent", "streamGenerateContent", "countTokens")
+
+
 def protocol_for(path: str, headers: Mapping[str, str]) -> str:
     """The protocol whose shape an answer on `path` takes. A path in one API family answers
     in its shape (`/v1/messages/...` and even `/v1/v1/messages` are Anthropic's); shared
     and unknown paths by the client's headers."""
+    if path.startswith("/v1beta/") or path == "/v1beta" or _gemini_method(path):
+        return GEMINI
     path = canonical(path.rstrip("/") or "/")
     if path in GENERATE:
         return GENERATE[path]

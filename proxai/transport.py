@@ -21,14 +21,14 @@ import yarl
 
 from proxai.config import ProviderConfig
 from proxai.errors import (
-    ANTHROPIC, CHAT, RESPONSES, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
+    ANTHROPIC, CHAT, GEMINI, RESPONSES, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
 )
 
 log = logging.getLogger("proxai.transport")
 
 USER_AGENT = "proxai/0.1"
 
-_PATHS = {CHAT: "/chat/completions", RESPONSES: "/responses", ANTHROPIC: "/v1/messages"}
+_PATHS = {CHAT: "/chat/completions", RESPONSES: "/responses", ANTHROPIC: "/v1/messages", GEMINI: "/v1beta/models"}
 
 
 def upstream_url(provider: ProviderConfig, suffix: str = "", query: str = "") -> str:
@@ -60,6 +60,8 @@ def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str]
         beta = [value for value in beta or () if _is_token(value)]
         if beta:
             headers["anthropic-beta"] = ",".join(beta)
+    elif provider.protocol == GEMINI:
+        headers["x-goog-api-key"] = provider.api_key
     else:
         headers["Authorization"] = f"Bearer {provider.api_key}"
     return headers

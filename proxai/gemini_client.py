@@ -1,0 +1,205 @@
+"""Gemini clients: `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`,
+`:countTokens` (and the same under `/v1/models/`), `GET /v1beta/models[/{model}]`.
+
+The model and the choice to stream are in the URL, not the body: they are put into the
+body as `model` and `stream` for routing and the request decoder. The client's key comes
+as `x-goog-api-key` or the `key` query parameter; it is checked like any client key and
+never forwarded or written down (captures redact the query).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hmac
+
+import orjson
+from aiohttp import web
+
+from proxai import count_tokens, ingress, models_endpoint, pools, token_estimate
+from proxai import errors as E
+from proxai.errors import CHAT, GEMINI
+from proxai.transport import read_body
+
+VERSIONS = ("/v1beta", "/v1")
+# The URL's method -> whether it streams; countTokens answers {totalTokens}.
+GENERATE = {"generateContent": False, "streamGenerateContent": True}
+COUNT = "countTokens"
+
+
+def split(path: str) -> tuple[str, str] | None:
+    """`/v1beta/models/gemini-2.5-flash:generateContent` -> (`gemini-2.5-flash`, `generateContent`).
+    Model names may hold slashes (`models/chat/gpt-4o`: routing prefixes); the method follows the last colon."""
+    for version in VERSIONS:
+        prefix = version + "/models/"
+        if path.startswith(prefix):
+            model, colon, method = path[len(prefix):].rpartition(":")
+            if colon and model and (method in GENERATE or method == COUNT):
+                return model, method
+    return None
+
+
+def is_gemini_path(path: str) -> bool:
+    return path.startswith("/v1beta/") or path == "/v1beta" or split(path) is not None
+
+
+def presented_key(request: web.Request) -> str | None:
+    key = request.headers.get("x-goog-api-key")
+    if key is None:
+        key = request.rel_url.query.get("key")
+    return key
+
+
+def authorize(proxy, request: web.Request) -> None:
+    keys = proxy.config.server.api_keys
+    if not keys:
+        return
+    presented = presented_key(request)
+    if presented is None:
+        return proxy._authorize(request)  # a bearer token or x-api-key, as other clients send
+    candidate = presented.encode("utf-8", "surrogateescape")
+    ok = False
+    for key in keys:  # every key compared: timing says nothing about which matched
+        ok |= hmac.compare_digest(candidate, key.encode())
+    if not ok:
+        raise E.Unauthorized("missing or invalid API key for this proxy")
+
+
+def register(app: web.Application, proxy, info_key, capture_key) -> None:
+    async def post(request: web.Request) -> web.StreamResponse:
+        info = request[info_key]
+        info["client_protocol"] = GEMINI
+        target = split(request.path)
+        if target is None:
+            raise E.NotFound(f"no endpoint at {request.path}; Gemini clients use POST "
+                             "/v1beta/models/{model}:generateContent, :streamGenerateContent or :countTokens")
+        model, method = target
+        if model.startswith("models/"):
+            model = model[len("models/"):]
+        authorize(proxy, request)
+        if proxy.recorder is not None:
+            request[capture_key] = proxy.recorder.open(info["request_id"])
+        if proxy.inspector is not None:
+            request[capture_key] = proxy.inspector.open(info, request.get(capture_key))
+        server = proxy.config.server
+        raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
+        with proxy.slot(), proxy.tracing.request(request.headers, request.method, request.path, info):
+            cap = request.get(capture_key)
+            if cap is not None:
+                version = f"HTTP/{request.version.major}.{request.version.minor}"
+                cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), raw)
+            if method == COUNT:
+                return await count(proxy, request, info, raw, model)
+            return await generate(proxy, request, info, raw, model, GENERATE[method])
+
+    async def list_models(request: web.Request) -> web.Response:
+        authorize(proxy, request)
+        info = request[info_key]
+        info["client_protocol"] = GEMINI
+        served = models_endpoint.catalog(proxy.config, proxy.router, "google")
+        return _respond(200, orjson.dumps({"models": [models_endpoint.gemini_model(e) for e in served]}), {}, info)
+
+    async def get_model(request: web.Request) -> web.Response:
+        authorize(proxy, request)
+        model = request.match_info["name"]
+        model = model[len("models/"):] if model.startswith("models/") else model
+        info = request[info_key]
+        info.update(client_protocol=GEMINI, model=model)
+        served = models_endpoint.catalog(proxy.config, proxy.router, "google")
+        entry = next((e for e in served if e.id.casefold() == model.casefold()), None) \
+            or models_endpoint._served_by(proxy.router, model, "google")
+        if entry is None:
+            raise E.NotFound(f"model {model!r} is not served by this proxy", param="model")
+        return _respond(200, orjson.dumps(models_endpoint.gemini_model(entry)), {}, info)
+
+    for version in VERSIONS:
+        app.router.add_post(version + "/models/{tail:.+}", post)
+    app.router.add_get("/v1beta/models", list_models)
+    app.router.add_get("/v1beta/models/{name:.+}", get_model)
+
+
+async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: str, stream: bool) -> web.StreamResponse:
+    body = ingress.parse(GEMINI, raw)
+    body["model"], body["stream"] = model, stream
+    info.update(model=model, stream=stream)
+    match = proxy.router.resolve(model, GEMINI)
+    provider = match.provider
+    info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
+                upstream_model=match.upstream_model)
+
+    async def serve_on(target) -> web.StreamResponse:
+        if target.provider.protocol == GEMINI:
+            return await passthrough(proxy, request, target, raw, stream, info)
+        return await proxy._translate(request, GEMINI, target, dict(body), stream, info)
+
+    plan = proxy.resilience.pools.plan(match)
+    if plan is None:
+        return await serve_on(match)
+
+    async def attempt(provider, upstream_model: str) -> web.StreamResponse:
+        return await serve_on(dataclasses.replace(match, provider=provider, upstream_model=upstream_model))
+
+    info["_pooled"] = True
+    return await proxy.resilience.serve(plan, info, pools.conversation_key(GEMINI, body), attempt, responses=False)
+
+
+def _suffix(model: str, method: str) -> str:
+    return f"/{model}:{method}"
+
+
+async def passthrough(proxy, request: web.Request, match, raw: bytes, stream: bool, info: dict) -> web.StreamResponse:
+    """Gemini to Gemini: the body as sent, to the route's model; only `alt=sse` of the query
+    goes on (the client's `key` never does)."""
+    method = "streamGenerateContent" if stream else "generateContent"
+    return await proxy._passthrough(request, GEMINI, match.provider, raw, stream, info,
+                                    query="alt=sse" if stream else "", suffix=_suffix(match.upstream_model, method))
+
+
+async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str) -> web.Response:
+    from proxai.app import dump_json
+
+    body = ingress.decode(raw)
+    # countTokens takes {contents} or a whole {generateContentRequest}.
+    inner = body.get("generateContentRequest")
+    source = dict(inner) if isinstance(inner, dict) else dict(body)
+    source.pop("generateContentRequest", None)
+    ingress.check(GEMINI, source)
+    source["model"], source["stream"] = model, False
+    info["model"] = model
+    match = proxy.router.resolve(model, GEMINI)
+    provider = match.provider
+    info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
+                upstream_model=match.upstream_model)
+    if provider.protocol == CHAT:
+        return _estimate(source, info)
+    if provider.protocol == GEMINI:
+        upstream = await proxy._send(request, provider, raw, False, info, suffix=_suffix(match.upstream_model, COUNT))
+    else:
+        payload = count_tokens._translate(proxy, request, GEMINI, match, source, info)
+        upstream = await proxy._send(request, provider, dump_json(payload), False, info,
+                                     suffix=count_tokens.SUFFIX[provider.protocol])
+    try:
+        if upstream.status in count_tokens.NO_ENDPOINT:
+            return _estimate(source, info)
+        await proxy._raise_for_status(upstream, provider)
+        data = await read_body(upstream, provider)
+    finally:
+        upstream.release()
+    if provider.protocol == GEMINI:
+        return _respond(upstream.status, data, upstream.headers, info)
+    tokens = count_tokens._upstream_count(provider, data)
+    return _respond(200, orjson.dumps({"totalTokens": tokens}), upstream.headers, info)
+
+
+def _estimate(body: dict, info: dict) -> web.Response:
+    # The estimate reads the fields of the other protocols: Gemini's are given their names.
+    payload = {"messages": body.get("contents"), "system": body.get("systemInstruction"),
+               "tools": [d for t in body.get("tools") or () if isinstance(t, dict)
+                         for d in t.get("functionDeclarations") or t.get("function_declarations") or ()]}
+    response = _respond(200, orjson.dumps({"totalTokens": token_estimate.estimate(payload)}), {}, info)
+    response.headers[count_tokens.ESTIMATE_HEADER] = "estimate"
+    info["outcome"] = "estimated"
+    return response
+
+
+def _respond(status: int, data: bytes, upstream_headers, info: dict) -> web.Response:
+    return count_tokens._respond(status, data, upstream_headers, info)
