@@ -384,10 +384,10 @@ class Proxy:
         try:
             with self.tracing.span("translate request", info):
                 out_body = self.engine.translate_request(ctx, body)
-        except engine.InvalidRequest as exc:
+        except E.TranslationError as exc:
             info["translation_error"] = "request"
-            info["_rule"] = exc.rule
-            raise E.InvalidRequest(getattr(exc, "message", None) or str(exc), param=getattr(exc, "param", None)) from None
+            info["rule"] = exc.rule
+            raise
         except Exception:
             info["translation_error"] = "request"
             raise
@@ -411,10 +411,10 @@ class Proxy:
                 try:
                     with self.tracing.span("translate response", info):
                         client_body = self.engine.translate_response(ctx, upstream_body)
-                except engine.UpstreamProtocolError as exc:
+                except E.TranslationError as exc:
                     info["translation_error"] = "response"
-                    info["_rule"] = exc.rule
-                    raise E.UpstreamProtocolError(getattr(exc, "message", None) or str(exc)) from None
+                    info["rule"] = exc.rule
+                    raise
                 except Exception:
                     info["translation_error"] = "response"
                     raise

@@ -275,7 +275,7 @@ def _error(info: dict, phases: dict[str, capture.Captured], entry: Entry) -> dic
     translation = info.get("translation_error")
     if not kind and not translation and (info.get("status") or 0) < 400:
         return None
-    rule = info.get("_rule") or getattr(entry.observer, "error_rule", None)
+    rule = info.get("rule") or getattr(entry.observer, "error_rule", None)
     message = param = None
     outbound = phases.get("outbound_response")
     if outbound is not None and not outbound.is_stream:
