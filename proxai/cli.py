@@ -1,4 +1,4 @@
-"""The `proxai` command: serve, check-config, lint, translate, capture.
+"""The `proxai` command: serve, check-config, lint, docs, translate, capture.
 
 Each subcommand is one `add_parser` call in `_parser()` plus a `_cmd_*`
 function returning the exit code, so more commands slot in the same way.
@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     lint = sub.add_parser("lint", help="validate rule files; prints file:line for each problem")
     lint.add_argument("dirs", nargs="*", metavar="RULES_DIR")
     lint.set_defaults(func=_cmd_lint)
+
+    docs = sub.add_parser("docs", help="generate the mapping tables in docs/generated/ from the rule files")
+    docs.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 naming each generated file that differs from the rules")
+    docs.set_defaults(func=_cmd_docs)
 
     translate = sub.add_parser(
         "translate", help="dry-run one request, response or recorded stream through the translation rules",
@@ -303,6 +308,12 @@ def _cmd_lint(args: argparse.Namespace) -> int:
         print(f"proxai lint: the rules linter is not available ({exc})", file=sys.stderr)
         return 2
     return int(lint_main(list(args.dirs)) or 0)
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from proxai.docsgen import main as docs_main
+
+    return docs_main(check=args.check)
 
 
 # --- translate -----------------------------------------------------------------------------------
