@@ -13,7 +13,7 @@ stream runs, and acts on what they make of it:
 
 Which events are decoded comes from the table `<protocol>.events->relay`
 (rules/tables/relay.yaml): `skip` events (content deltas, the bulk of a stream) are only
-checked to be JSON objects; `end` events complete the
+checked to be JSON objects, `skip_repeats` events after the first of a run; `end` events complete the
 stream whatever the rules make of them (a pass-through client reads the provider's
 stream itself, so the rules' judgement of its content, theirs to make when translating,
 is only noted at DEBUG here).
@@ -37,7 +37,7 @@ from proxai.streaming import RULE_ERROR_OUTCOMES, Outcome
 
 log = logging.getLogger("proxai.stream")
 
-DECODE, SKIP, END = "decode", "skip", "end"
+DECODE, SKIP, SKIP_REPEATS, END = "decode", "skip", "skip_repeats", "end"
 
 
 def relay_table_name(protocol: str) -> str:
@@ -65,6 +65,8 @@ class Relay:
         self._split = getattr(self._decoder_rules, "split", None)
         if self._split is not None and not hasattr(self.decoder, "handle"):
             self._split, self._plan = None, {}  # decode every event whole
+        self._last: str | None = None  # the key of the last event decoded
+        self.objections = 0  # events the rules would not have translated
         self.outcome: Outcome | None = None
         self.usage: dict | None = None
         self.stop: str | None = None
@@ -101,8 +103,9 @@ class Relay:
             if self._split is None:
                 key = payload.get("type")
                 plan = self._plan.get(key, DECODE) if isinstance(key, str) else DECODE
-                if plan == SKIP:
+                if plan == SKIP or (plan == SKIP_REPEATS and key == self._last):
                     return []
+                self._last = key
                 self._observe(self.decoder.decode(payload))
                 if plan == END and self.outcome is None:
                     self._end()
@@ -110,6 +113,9 @@ class Relay:
                 self._feed_split(payload)
         except Exception as exc:  # the rules' judgement of a stream they would not translate
             self._note(exc)
+            # What the event opened or closed is unknown: no tool-call stall is assumed, so
+            # the longer idle timeout applies and a misread never cuts a stream early.
+            self._tools.clear()
         return []
 
     def _feed_split(self, payload: dict) -> None:
@@ -118,8 +124,9 @@ class Relay:
         for sub in self._split(Scope(payload, decoder.vars, "", self.ctx, decoder.run)):
             key = sub["type"]
             plan = self._plan.get(key, DECODE)
-            if plan == SKIP:
+            if plan == SKIP or (plan == SKIP_REPEATS and key == self._last):
                 continue
+            self._last = key
             ended = ended or plan == END
             self._observe(decoder.handle(key, sub))
             if self.outcome is not None:
@@ -157,6 +164,7 @@ class Relay:
         self._tools.clear()
 
     def _note(self, problem: Any) -> None:
+        self.objections += 1
         if log.isEnabledFor(logging.DEBUG):
             rule = getattr(problem, "rule", None)
             text = getattr(problem, "message", None) or (problem if isinstance(problem, str) else type(problem).__name__)
