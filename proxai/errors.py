@@ -1,8 +1,9 @@
 """How each error reaches a client in its own protocol's native shape.
 
 The exception classes are one tree, defined and documented in `engine/errors.py`
-and re-exported here; `render_http` and `render_stream` turn one into the bytes a
-client of a given protocol expects (docs/errors.md, docs/streaming.md §5).
+and re-exported here; `render_http` turns one into the HTTP answer a client of a given
+protocol expects (docs/errors.md). In-stream errors come from the stream.encode rules
+(docs/streaming.md §5).
 """
 
 from __future__ import annotations
@@ -100,16 +101,16 @@ def render_stream(
     response: Mapping[str, Any] | None = None,
     tables: Mapping | None = None,
 ) -> bytes:
-    """The in-stream error for a client of `protocol` after 200 was sent (docs/streaming.md §5).
+    """A Responses client's in-stream error written outside the stream rules: the state
+    store failing under a translated stream (proxai/responses_state.py). Every other
+    in-stream error is the IR `error` event through the client protocol's stream.encode
+    rules (engine/stream.py, proxai/relay.py).
 
-    For Responses clients `sequence_number` is the next unused number and
-    `response` the last known snapshot (or None); the output is an `error`
-    event followed by `response.failed`.
+    `sequence_number` is the next unused number and `response` the last known snapshot
+    (or None); the output is an `error` event followed by `response.failed`.
     """
-    if protocol == ANTHROPIC:
-        return encode_event(orjson.dumps(error_body(protocol, err, tables)), "error")
-    if protocol == CHAT:
-        return encode_event(orjson.dumps(error_body(protocol, err, tables)))
+    if protocol != RESPONSES:
+        raise ValueError(f"render_stream is for Responses streams, not {protocol}")
     error_event = {
         "type": "error",
         "code": err.code,
