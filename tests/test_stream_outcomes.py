@@ -120,3 +120,18 @@ def test_rejected_request_logs_its_rule_not_to_the_client(proxy):
     answer = json.loads(raw)
     assert answer["error"]["param"] == "n" and "n > 1" in answer["error"]["message"]
     assert b".yaml" not in raw
+
+
+def test_a_malformed_event_is_counted_alike_on_both_paths(start_proxy, mock):
+    from test_metrics import scrape, value
+
+    p = start_proxy()
+    for provider in (ANTHROPIC, CHAT):  # translated, then pass-through, for a Chat client
+        mock.enqueue(_reply("malformed"))
+        status, _, _ = raw_post(p.url, PATH[CHAT], request_body(CHAT, provider))
+        assert status == 200
+    s = scrape(p.url)
+    for provider in (ANTHROPIC, CHAT):
+        assert value(s, "proxai_upstream_errors_total", provider=SHORT[provider], kind="stream_malformed") == 1
+        assert value(s, "proxai_requests_total", client_protocol=CHAT, provider_protocol=provider, status="200",
+                     outcome="incomplete") == 1
