@@ -58,9 +58,8 @@ class Relay:
         self._encoder_rules = engine.streams[("stream.encode", protocol)]
         self.decoder = StreamRun(self._decoder_rules, ctx)
         table = engine.tables.get(relay_table_name(protocol))
+        # An event the table does not name is decoded (its default is documented as decode).
         self._plan: dict[str, str] = dict(table.map) if table is not None else {}
-        if table is not None and isinstance(table.default, str) and table.default != DECODE:
-            raise ValueError(f"table {table.name}: the default must be decode (an unknown event is always decoded)")
         # A decoder that cuts one payload into sub-events (Chat) is filtered per sub-event.
         self._split = getattr(self._decoder_rules, "split", None)
         if self._split is not None and not hasattr(self.decoder, "handle"):
