@@ -5,7 +5,7 @@
 Per translated pair: request translation (µs per request, Context creation included, as the
 proxy builds one per request), non-streaming response translation (µs per response), and a
 whole stream fed event by event (µs per upstream event, events/s). Pass-through pairs get
-the stream row only: the watcher that looks for the terminal event is all they run.
+the stream row only: the relay's observer (proxai/relay.py) is all they run.
 """
 
 from __future__ import annotations
@@ -55,12 +55,19 @@ def bench_pair(eng, client: str, provider: str, seconds: float, deltas: int) -> 
     events = sse_events(provider, deltas)
     row["stream_events"] = len(events)
     if client == provider:
-        from proxai.passthrough import PassthroughWatch
+        from proxai.relay import Relay
+
+        stream_request = orjson.loads(orjson.dumps(payloads.request(client, True)))
 
         def passthrough_stream():
-            watch = PassthroughWatch(client)
+            relay = Relay(client, eng, engine.Context(client_protocol=client, provider_protocol=provider,
+                                                      provider_name="bench", upstream_model=payloads.MODEL,
+                                                      client_body=stream_request))
             for ev in events:
-                watch.feed(ev)
+                relay.feed(ev)
+            relay.eof()
+            if relay.outcome is None or not relay.outcome.complete:
+                raise RuntimeError(f"the relayed stream did not complete ({relay.outcome})")
 
         return _measure(row, {"stream": passthrough_stream}, seconds, len(events))
 
@@ -135,7 +142,7 @@ def run(seconds: float = 0.3, deltas: int = payloads.DEFAULT_DELTAS, pairs: list
         result["error"] = f"engine failed to load: {type(exc).__name__}: {exc}"[:300]
         eng = None
     for client, provider in pairs or [(c, p) for c in PROTOCOLS for p in PROTOCOLS]:
-        if eng is None and client != provider:
+        if eng is None:
             result["pairs"].append({"pair": f"{SHORT[client]}->{SHORT[provider]}", "client": client,
                                     "provider": provider, "error": result["error"]})
             continue

@@ -13,14 +13,14 @@ from collections import OrderedDict
 from pathlib import Path
 
 from .context import DEFAULT_MAX_TOKENS, Context
-from .errors import InvalidRequest, ProxaiError, RuleError, TranslationError, UpstreamProtocolError
+from .errors import InvalidRequest, ProxaiError, ProxyError, RuleError, TranslationError, UpstreamProtocolError
 from .codec import Codec
 from .ruleset import BUILTIN_RULES, build_tables, read_dirs, rule_files
 from .stream import StreamRules, StreamTranslator
 from .template import Compiler
 from .toolcalls import restore_response
 
-__all__ = ["Engine", "Context", "ProxaiError", "RuleError", "TranslationError", "InvalidRequest",
+__all__ = ["Engine", "Context", "ProxaiError", "ProxyError", "RuleError", "TranslationError", "InvalidRequest",
            "UpstreamProtocolError", "DEFAULT_MAX_TOKENS"]
 
 PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")

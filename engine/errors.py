@@ -1,20 +1,47 @@
-"""Exceptions raised by the translation engine.
+"""Every exception the proxy raises on purpose: one tree for the engine and the server.
 
     ProxaiError
-    ├── RuleError               a rule file is broken (raised at load time; message is ``file:line: problem``)
-    └── TranslationError        a payload cannot be translated
-        ├── InvalidRequest      the client's request cannot be expressed for the provider (HTTP 400, names ``param``)
-        └── UpstreamProtocolError  the provider broke its own protocol (HTTP 502, or an in-stream error)
+    ├── RuleError                   a rule file is broken (load time; ``str(err)`` is ``file:line: problem``)
+    ├── ConfigError                 the config file is invalid (startup; never sent to a client)
+    └── ProxyError                  answered to a client as an error, in the client's protocol
+        ├── TranslationError        a payload cannot be carried between protocols (500 unless a subclass says)
+        │   ├── InvalidRequest      400: body not JSON, wrong types, a field the provider cannot express
+        │   │   └── RoutingError    400: no route and no default, or a request_protocol guard mismatch
+        │   └── UpstreamProtocolError  502: the provider broke its own protocol (also an UpstreamFailure)
+        ├── Unauthorized            401: inbound auth configured, key missing or wrong
+        ├── NotFound                404: unknown path
+        ├── MethodNotAllowed        405: known path, wrong method
+        ├── RequestTimeout          408: the body did not arrive within server.request_body_timeout_secs
+        ├── RequestTooLarge         413: body over server.max_request_body_bytes
+        ├── Overloaded              503: server.max_concurrent_requests reached, or shutting down
+        ├── InternalError           500: a bug; the body never carries internals
+        └── UpstreamFailure         the provider failed us
+            ├── UpstreamError       the provider answered non-2xx; its status is kept
+            ├── UpstreamUnreachable 502: connect, DNS or TLS failure
+            ├── UpstreamTimeout     504: nothing read within the idle-read timeout
+            ├── UpstreamProtocolError  502: the provider's answer is malformed (see above)
+            └── StreamError         502: a stream ended before its terminal event, or stalled
 
-Foreign exceptions raised while a rule is evaluated are mapped to the most
-specific of these with ``raise ... from``; the engine, not the rule, adds where
-in the data (``param``) and where in the rules (``rule``) it failed.
+Every ProxyError carries ``status``, ``message`` and optionally ``param`` (where in the
+client's data), ``code``, ``error_type`` (already in some protocol family's vocabulary),
+``headers`` (upstream headers a client may see) and ``rule`` (the rule file:line that
+failed: logged, never sent to a client). ``proxai.errors`` renders one into the bytes a
+client of a given protocol expects.
+
+Foreign exceptions are mapped once, where they arise, with ``raise ... from``: an
+exception raised while a rule is evaluated becomes the most specific error above (the
+engine adds ``param`` and ``rule``); aiohttp's client errors become UpstreamUnreachable
+or UpstreamTimeout in ``proxai/transport.py``; the state store's errors become
+StateUnavailable (a ProxyError, 503) in ``proxai/responses_state.py``. Anything else that
+escapes a request is a bug: the server answers InternalError and logs its type.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 
 class ProxaiError(Exception):
-    """Base of every error the engine raises."""
+    """Base of every error the proxy raises on purpose."""
 
 
 class RuleError(ProxaiError):
@@ -26,23 +53,121 @@ class RuleError(ProxaiError):
         super().__init__(where + problem)
 
 
-class TranslationError(ProxaiError):
+class ConfigError(ProxaiError):
+    """An invalid config file. `problems` lists (path, message); the path is dotted."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in problems))
+
+
+class ProxyError(ProxaiError):
+    status = 500
+    kind = "internal"
+
+    def __init__(
+        self,
+        message: str,
+        param: str | None = None,
+        rule: str | None = None,
+        *,
+        status: int | None = None,
+        code: str | None = None,
+        error_type: str | None = None,
+        type_family: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        if status is not None:
+            self.status = status
+        self.param = param
+        self.rule = rule
+        self.code = code
+        # error_type is only reused for a client of the same family (openai/anthropic).
+        self.error_type = error_type
+        self.type_family = type_family
+        self.headers = dict(headers or {})
+
+
+class TranslationError(ProxyError):
     """A payload could not be translated; ``rule`` names the rule location."""
 
-    status = 500
-
-    def __init__(self, message: str, param: str | None = None, rule: str | None = None):
-        self.message, self.param, self.rule = message, param, rule
-        super().__init__(message)
+    kind = "translation"
 
 
 class InvalidRequest(TranslationError):
     """The request is malformed or uses something the provider protocol cannot express."""
 
     status = 400
+    kind = "invalid_request"
 
 
-class UpstreamProtocolError(TranslationError):
+class RoutingError(InvalidRequest):
+    kind = "routing"
+
+
+class Unauthorized(ProxyError):
+    status = 401
+    kind = "unauthorized"
+
+
+class NotFound(ProxyError):
+    status = 404
+    kind = "not_found"
+
+
+class MethodNotAllowed(ProxyError):
+    status = 405
+    kind = "not_found"
+
+
+class RequestTimeout(ProxyError):
+    status = 408
+    kind = "request_timeout"
+
+
+class RequestTooLarge(ProxyError):
+    status = 413
+    kind = "too_large"
+
+
+class Overloaded(ProxyError):
+    status = 503
+    kind = "overloaded"
+
+
+class InternalError(ProxyError):
+    status = 500
+    kind = "internal"
+
+
+class UpstreamFailure(ProxyError):
+    status = 502
+    kind = "upstream"
+
+
+class UpstreamError(UpstreamFailure):
+    kind = "upstream_error"
+
+
+class UpstreamUnreachable(UpstreamFailure):
+    status = 502
+    kind = "upstream_unreachable"
+
+
+class UpstreamTimeout(UpstreamFailure):
+    status = 504
+    kind = "upstream_timeout"
+
+
+class UpstreamProtocolError(UpstreamFailure, TranslationError):
     """The provider's answer violates its own protocol (bad JSON arguments, unknown stop...)."""
 
     status = 502
+    kind = "upstream_protocol"
+
+
+class StreamError(UpstreamFailure):
+    status = 502
+    kind = "stream_error"

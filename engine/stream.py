@@ -211,6 +211,7 @@ class StreamTranslator:
         # (as opposed to an upstream error event, EOF or a timeout).
         self.translation_failed = False
         self.error_rule = None  # the rule file:line of that failure
+        self.error = None  # the IR error event that ended the stream
         self.usage = None
         self.stop = None
         self._open_tools: set = set()
@@ -339,6 +340,8 @@ class StreamTranslator:
             self.stop = ev.get("stop")
         elif kind == "error":
             self._open_tools.clear()
+            if self.error is None:
+                self.error = ev
 
     def _sse(self, item) -> bytes:
         if isinstance(item, str):

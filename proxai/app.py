@@ -26,7 +26,8 @@ from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, Sta
 from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.logs import log_request
 from proxai.metrics import Metrics
-from proxai.passthrough import PassthroughWatch, StreamRelay
+from proxai.relay import Relay
+from proxai.streaming import Outcome, StreamLoop, TranslatedStream
 from proxai.routing import RouteMatch, Router
 from proxai.transport import Transport, provider_headers, read_body, upstream_url
 
@@ -221,7 +222,8 @@ class Proxy:
             if match.upstream_model != body["model"]:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
-            return await self._passthrough(request, protocol, provider, raw, stream, info, query=request.rel_url.raw_query_string)
+            return await self._passthrough(request, protocol, provider, raw, stream, info,
+                                           query=request.rel_url.raw_query_string, body=body)
         turn = None
         if protocol == RESPONSES and self.state is not None:
             if turns:  # a retry: the conversation was resolved by the first translated attempt
@@ -234,7 +236,7 @@ class Proxy:
 
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
-        query: str = "", suffix: str = "",
+        query: str = "", suffix: str = "", body: dict | None = None,
     ) -> web.StreamResponse:
         upstream = await self._send(request, provider, raw, stream, info, query=query, suffix=suffix)
         try:
@@ -256,10 +258,11 @@ class Proxy:
         if not stream:
             upstream.close()
             raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
-        relay = StreamRelay(
+        ctx = engine.Context(client_protocol=protocol, provider_protocol=protocol, provider_name=provider.name,
+                             upstream_model=info.get("upstream_model"), client_body=body)
+        relay = StreamLoop(
             upstream,
-            usage.StreamUsage(PassthroughWatch(protocol, self.engine.tables), protocol),
-            raw=True,
+            Relay(protocol, self.engine, ctx),
             idle_timeout=provider.read_idle_timeout_secs,
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
@@ -268,7 +271,7 @@ class Proxy:
         return await self._stream(request, relay, upstream, info)
 
     async def _stream(
-        self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict, turn=None
+        self, request: web.Request, relay: StreamLoop, upstream: aiohttp.ClientResponse, info: dict, turn=None
     ) -> web.StreamResponse:
         if self.inspector is not None:
             relay.observer = self.inspector.watch(relay.observer, info)
@@ -276,14 +279,14 @@ class Proxy:
             return await self._relay(request, relay, upstream, info, turn)
 
     async def _relay(
-        self, request: web.Request, relay: StreamRelay, upstream: aiohttp.ClientResponse, info: dict, turn=None
+        self, request: web.Request, relay: StreamLoop, upstream: aiohttp.ClientResponse, info: dict, turn=None
     ) -> web.StreamResponse:
         try:
             await relay.prime()
         except BaseException:
             upstream.close()
             raise
-        if "_pooled" in info and relay.observer.failed:
+        if "_pooled" in info and relay.observer.outcome is Outcome.UPSTREAM_ERROR:
             # The stream opened with an error event (Anthropic's overloaded_error): nothing went
             # to the client yet, so a pooled route may still try another key or provider.
             upstream.close()
@@ -297,7 +300,7 @@ class Proxy:
         requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
         response.headers.update(info.get("_headers") or {})
         info["status"] = 200
-        info["outcome"] = "open"
+        info["outcome"] = Outcome.OPEN.value
         retry.commit(info)  # from here on no retry, fallback or deadline cut: the client has bytes
         try:
             await response.prepare(request)
@@ -312,20 +315,23 @@ class Proxy:
             client = capture.TeeClient(response, cap)
         if turn is not None:
             client = turn.tee(client)  # the record is written before the terminal event
-        info["outcome"] = "client_disconnected"  # unless run() finishes
+        info["outcome"] = Outcome.CLIENT_DISCONNECTED.value  # unless run() finishes
         try:
-            info["outcome"] = await relay.run(client)
+            info["outcome"] = (await relay.run(client)).value
         finally:
-            # Both observers report canonical usage: the engine's translator, and StreamUsage.
-            info.update(usage.normalise(usage.CANONICAL, getattr(relay.observer, "usage", None)) or {})
-            info["_stop"] = getattr(relay.observer, "stop", None)  # canonical stop, for tracing
-            if getattr(relay.observer, "translation_failed", False):
+            # Both observers report the IR's canonical usage and stop, read by the provider's stream.decode rules.
+            observer = relay.observer
+            info.update(usage.normalise(usage.CANONICAL, observer.usage) or {})
+            info["_stop"] = observer.stop  # for tracing
+            if observer.translation_failed:
                 info["translation_error"] = "stream"
-        if info["outcome"] != "client_disconnected":
+            if observer.error_rule:
+                info["rule"] = observer.error_rule
+        if info["outcome"] != Outcome.CLIENT_DISCONNECTED:
             try:
                 await response.write_eof()
             except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-                info["outcome"] = "client_disconnected"
+                info["outcome"] = Outcome.CLIENT_DISCONNECTED.value
         return response
 
     async def _send(
@@ -384,10 +390,10 @@ class Proxy:
         try:
             with self.tracing.span("translate request", info):
                 out_body = self.engine.translate_request(ctx, body)
-        except engine.InvalidRequest as exc:
+        except E.TranslationError as exc:
             info["translation_error"] = "request"
-            info["_rule"] = exc.rule
-            raise E.InvalidRequest(getattr(exc, "message", None) or str(exc), param=getattr(exc, "param", None)) from None
+            info["rule"] = exc.rule
+            raise
         except Exception:
             info["translation_error"] = "request"
             raise
@@ -411,10 +417,10 @@ class Proxy:
                 try:
                     with self.tracing.span("translate response", info):
                         client_body = self.engine.translate_response(ctx, upstream_body)
-                except engine.UpstreamProtocolError as exc:
+                except E.TranslationError as exc:
                     info["translation_error"] = "response"
-                    info["_rule"] = exc.rule
-                    raise E.UpstreamProtocolError(getattr(exc, "message", None) or str(exc)) from None
+                    info["rule"] = exc.rule
+                    raise
                 except Exception:
                     info["translation_error"] = "response"
                     raise
@@ -426,10 +432,9 @@ class Proxy:
         except BaseException:
             upstream.close()
             raise
-        relay = StreamRelay(
+        relay = StreamLoop(
             upstream,
-            self.engine.open_stream(ctx),
-            raw=False,
+            TranslatedStream(self.engine.open_stream(ctx)),
             idle_timeout=provider.read_idle_timeout_secs,
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
@@ -563,7 +568,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             cap.close()
         if request.path not in _UNLOGGED and not request.path.startswith(inspector.PREFIX):
             if response is None:  # cancelled: the client went away
-                info.setdefault("outcome", "client_disconnected")
+                info.setdefault("outcome", Outcome.CLIENT_DISCONNECTED.value)
                 info.setdefault("status", 499)
             elif "status" not in info:
                 info["status"] = response.status

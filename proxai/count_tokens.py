@@ -113,9 +113,10 @@ def _translate(proxy, request: web.Request, protocol: str, match, body: dict, in
     info["_traces"] = ctx.traces
     try:
         translated = proxy.engine.translate_request(ctx, source)
-    except engine.InvalidRequest as exc:
+    except E.TranslationError as exc:
         info["translation_error"] = "request"
-        raise E.InvalidRequest(getattr(exc, "message", None) or str(exc), param=getattr(exc, "param", None)) from None
+        info["rule"] = exc.rule
+        raise
     return {k: v for k, v in translated.items() if k in ACCEPTED[provider.protocol]}
 
 

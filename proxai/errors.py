@@ -1,29 +1,9 @@
-"""Errors, and how each reaches a client in its own protocol's native shape.
+"""How each error reaches a client in its own protocol's native shape.
 
-Exception hierarchy:
-
-* ConfigError - the config file is invalid (startup; never sent to a client).
-* ProxyError - anything answered to a client as an error.
-    + InvalidRequest - 400: body not JSON, wrong types, unrepresentable field.
-        - RoutingError - 400: no route and no default, or a request_protocol guard mismatch.
-    + Unauthorized - 401: inbound auth configured, key missing or wrong.
-    + NotFound - 404: unknown path.
-    + MethodNotAllowed - 405: known path, wrong method.
-    + RequestTimeout - 408: the request body did not arrive within server.request_body_timeout_secs.
-    + RequestTooLarge - 413: body over server.max_request_body_bytes.
-    + Overloaded - 503: server.max_concurrent_requests reached.
-    + InternalError - 500: a bug; the body never carries internals.
-    + UpstreamFailure - the provider failed us.
-        - UpstreamError - the provider answered non-2xx; its status is kept.
-        - UpstreamUnreachable - 502: connect, DNS or TLS failure.
-        - UpstreamTimeout - 504: nothing read within the idle-read timeout.
-        - UpstreamProtocolError - 502: the provider's answer is malformed.
-        - StreamError - 502: a stream ended before its terminal event, or stalled.
-
-Every ProxyError carries `status`, `message`, and optionally `param`, `code`,
-`error_type` (already in some protocol's vocabulary) and `headers` (upstream
-headers preserved for the client). `render_http` and `render_stream` turn one
-into the bytes a client of a given protocol expects (docs/errors.md, docs/streaming.md §5).
+The exception classes are one tree, defined and documented in `engine/errors.py`
+and re-exported here; `render_http` turns one into the HTTP answer a client of a given
+protocol expects (docs/errors.md). In-stream errors come from the stream.encode rules
+(docs/streaming.md §5).
 """
 
 from __future__ import annotations
@@ -35,6 +15,11 @@ from typing import Any, Mapping
 import orjson
 
 from proxai.sse import encode_event
+from engine.errors import (  # noqa: F401  (the tree, re-exported)
+    ConfigError, InternalError, InvalidRequest, MethodNotAllowed, NotFound, Overloaded, ProxaiError, ProxyError,
+    RequestTimeout, RequestTooLarge, RoutingError, RuleError, StreamError, TranslationError, Unauthorized,
+    UpstreamError, UpstreamFailure, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
+)
 from engine.ruleset import BUILTIN_RULES, build_tables, layer, read_file
 
 CHAT = "openai_chat_completions"
@@ -44,114 +29,6 @@ GEMINI = "gemini_generate_content"
 PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC, GEMINI)
 
 ERROR_TABLES = BUILTIN_RULES / "tables" / "errors.yaml"
-
-
-class ConfigError(Exception):
-    """An invalid config file. `problems` lists (path, message); the path is dotted."""
-
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in problems))
-
-
-class ProxyError(Exception):
-    status = 500
-    kind = "internal"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int | None = None,
-        param: str | None = None,
-        code: str | None = None,
-        error_type: str | None = None,
-        type_family: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ):
-        super().__init__(message)
-        self.message = message
-        if status is not None:
-            self.status = status
-        self.param = param
-        self.code = code
-        # error_type is only reused for a client of the same family (openai/anthropic).
-        self.error_type = error_type
-        self.type_family = type_family
-        self.headers = dict(headers or {})
-
-
-class InvalidRequest(ProxyError):
-    status = 400
-    kind = "invalid_request"
-
-
-class RoutingError(InvalidRequest):
-    kind = "routing"
-
-
-class Unauthorized(ProxyError):
-    status = 401
-    kind = "unauthorized"
-
-
-class NotFound(ProxyError):
-    status = 404
-    kind = "not_found"
-
-
-class MethodNotAllowed(ProxyError):
-    status = 405
-    kind = "not_found"
-
-
-class RequestTimeout(ProxyError):
-    status = 408
-    kind = "request_timeout"
-
-
-class RequestTooLarge(ProxyError):
-    status = 413
-    kind = "too_large"
-
-
-class Overloaded(ProxyError):
-    status = 503
-    kind = "overloaded"
-
-
-class InternalError(ProxyError):
-    status = 500
-    kind = "internal"
-
-
-class UpstreamFailure(ProxyError):
-    status = 502
-    kind = "upstream"
-
-
-class UpstreamError(UpstreamFailure):
-    kind = "upstream_error"
-
-
-class UpstreamUnreachable(UpstreamFailure):
-    status = 502
-    kind = "upstream_unreachable"
-
-
-class UpstreamTimeout(UpstreamFailure):
-    status = 504
-    kind = "upstream_timeout"
-
-
-class UpstreamProtocolError(UpstreamFailure):
-    status = 502
-    kind = "upstream_protocol"
-
-
-class StreamError(UpstreamFailure):
-    status = 502
-    kind = "stream_error"
 
 
 # --- vocabularies -----------------------------------------------------------
@@ -244,17 +121,16 @@ def render_stream(
     response: Mapping[str, Any] | None = None,
     tables: Mapping | None = None,
 ) -> bytes:
-    """The in-stream error for a client of `protocol` after 200 was sent (docs/streaming.md §5).
+    """A Responses client's in-stream error written outside the stream rules: the state
+    store failing under a translated stream (proxai/responses_state.py). Every other
+    in-stream error is the IR `error` event through the client protocol's stream.encode
+    rules (engine/stream.py, proxai/relay.py).
 
-    For Responses clients `sequence_number` is the next unused number and
-    `response` the last known snapshot (or None); the output is an `error`
-    event followed by `response.failed`.
+    `sequence_number` is the next unused number and `response` the last known snapshot
+    (or None); the output is an `error` event followed by `response.failed`.
     """
-    if protocol == ANTHROPIC:
-        return encode_event(orjson.dumps(error_body(protocol, err, tables)), "error")
-    if protocol in (CHAT, GEMINI):
-        # Gemini: a data line whose JSON starts with "error" (the SDK raises APIError on it).
-        return encode_event(orjson.dumps(error_body(protocol, err, tables)))
+    if protocol != RESPONSES:
+        raise ValueError(f"render_stream is for Responses streams, not {protocol}")
     error_event = {
         "type": "error",
         "code": err.code,

@@ -29,6 +29,7 @@ _FIELDS = (
     "request_id", "upstream_request_id", "method", "path", "client_protocol", "provider_protocol", "route",
     "provider", "key", "attempts", "model", "upstream_model", "stream", "status", "outcome", "ttfb_ms", "duration_ms",
     "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cache_breakpoints", "translation_notes", "error",
+    "rule",
 )
 
 

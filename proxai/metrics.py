@@ -12,27 +12,30 @@ from typing import Any, Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from proxai.streaming import Outcome
+
 NONE = "none"  # label value when a request failed before routing picked a provider
 
 # Latency buckets (seconds) for LLM calls: fast errors through multi-minute streams.
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
-# Stream outcomes (the log's detailed vocabulary) -> the outcome label.
+# Stream outcomes (the log's detailed vocabulary, proxai/streaming.py) -> the outcome label.
 _OUTCOMES = {
-    "complete": "completed",
-    "complete_without_done": "completed",
-    "upstream_error_event": "error",
-    "client_disconnected": "client_disconnected",
-    "incomplete:tool_call_stall": "tool_call_stall",
+    Outcome.COMPLETE: "completed",
+    Outcome.COMPLETE_WITHOUT_DONE: "completed",
+    Outcome.UPSTREAM_ERROR: "error",
+    Outcome.CLIENT_DISCONNECTED: "client_disconnected",
+    Outcome.TOOL_CALL_STALL: "tool_call_stall",
 }
 
 # Stream outcomes that were the provider's failure -> upstream error kind.
 _STREAM_UPSTREAM_KINDS = {
-    "incomplete:eof": "stream_incomplete",
-    "incomplete:idle_timeout": "stream_idle_timeout",
-    "incomplete:upstream_reset": "stream_reset",
-    "incomplete:tool_call_stall": "tool_call_stall",
-    "upstream_error_event": "stream_error_event",
+    Outcome.EOF: "stream_incomplete",
+    Outcome.IDLE_TIMEOUT: "stream_idle_timeout",
+    Outcome.UPSTREAM_RESET: "stream_reset",
+    Outcome.TOOL_CALL_STALL: "tool_call_stall",
+    Outcome.UPSTREAM_ERROR: "stream_error_event",
+    Outcome.MALFORMED: "stream_malformed",
 }
 
 # Log fields -> proxai_tokens_total kind. Cache reads and writes are parts of input.

@@ -9,7 +9,6 @@ provider's prompt cache.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import orjson
@@ -61,68 +60,6 @@ def from_body(protocol: str, body: Any) -> Usage | None:
         return None
     return normalise(protocol, body.get("usageMetadata" if protocol == GEMINI else "usage"))
 
-
-_CHAT_USAGE = re.compile(r'"usage"\s*:\s*\{')
-_RESPONSES_FINAL = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-class StreamUsage:
-    """Wraps a pass-through stream observer and reads usage off the few events that carry it.
-
-    Only those events are parsed (Chat: a chunk with a usage object; Responses:
-    the terminal event; Anthropic: message_start and message_delta), so the
-    bytes relayed and the watch's decisions are unchanged.
-    """
-
-    def __init__(self, inner: Any, protocol: str):
-        self._inner = inner
-        self._protocol = protocol
-        self.usage: Usage | None = None
-        self._anthropic: dict[str, Any] = {}
-
-    def __getattr__(self, name: str) -> Any:  # complete, failed, in_tool_arguments, ...
-        return getattr(self._inner, name)
-
-    def feed(self, event: Any) -> list[bytes]:
-        try:
-            self._sniff(event)
-        except Exception:  # usage is for the log only; never disturb the relay
-            pass
-        return self._inner.feed(event)
-
-    def eof(self) -> list[bytes]:
-        return self._inner.eof()
-
-    def fail(self, kind: str, message: str, status: int = 502) -> list[bytes]:
-        return self._inner.fail(kind, message, status)
-
-    def _sniff(self, event: Any) -> None:
-        data = event.data
-        if self._protocol == CHAT:
-            if _CHAT_USAGE.search(data):
-                parsed = orjson.loads(data)
-                if isinstance(parsed, dict):
-                    self.usage = normalise(CHAT, parsed.get("usage")) or self.usage
-        elif self._protocol == RESPONSES:
-            if event.event in _RESPONSES_FINAL or (event.event is None and '"response.' in data and '"usage"' in data):
-                parsed = orjson.loads(data)
-                response = parsed.get("response") if isinstance(parsed, dict) else None
-                if isinstance(response, dict) and response.get("usage"):
-                    self.usage = normalise(RESPONSES, response["usage"])
-        elif self._protocol == GEMINI:
-            if '"usageMetadata"' in data:  # cumulative: the last one counts
-                parsed = orjson.loads(data)
-                if isinstance(parsed, dict):
-                    self.usage = normalise(GEMINI, parsed.get("usageMetadata")) or self.usage
-        elif event.event in ("message_start", "message_delta"):
-            parsed = orjson.loads(data)
-            if not isinstance(parsed, dict):
-                return
-            usage = parsed.get("message", {}).get("usage") if event.event == "message_start" else parsed.get("usage")
-            if isinstance(usage, dict):
-                # message_delta carries cumulative counts; keep message_start's input when it omits them.
-                self._anthropic.update({k: v for k, v in usage.items() if v is not None})
-                self.usage = normalise(ANTHROPIC, self._anthropic)
 
 # The engine's canonical usage (translated streams): IR names (schemas/ir.schema.json usage).
 CANONICAL_IR = "ir"

@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 import engine
 from proxai.mock import Stream, Text, ToolCall, Turn, render
 from proxai.errors import ProxyError
-from proxai.passthrough import PassthroughWatch, StreamRelay
+from proxai.relay import Relay
+from proxai.streaming import StreamLoop, TranslatedStream
 from proxai.sse import SSEParser
 from test_stream_integrity import PATH, PROTOCOLS, SHORT, outcome, request_body
 from test_passthrough_e2e import raw_post
@@ -131,19 +132,19 @@ _ENGINE = None
 
 def _observer(client: str, provider: str):
     global _ENGINE
-    if client == provider:
-        return PassthroughWatch(client)
     if _ENGINE is None:
         _ENGINE = engine.Engine.load()
     ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=SHORT[provider],
                          upstream_model="m", client_body=request_body(client, provider))
-    return _ENGINE.open_stream(ctx)
+    if client == provider:
+        return Relay(client, _ENGINE, ctx)
+    return TranslatedStream(_ENGINE.open_stream(ctx))
 
 
 def relay(client: str, provider: str, chunks: list[bytes]) -> tuple[bytes, str]:
     async def go():
-        r = StreamRelay(_Upstream(chunks), _observer(client, provider), raw=client == provider,
-                        idle_timeout=5, tool_call_timeout=5, provider_name="p")
+        r = StreamLoop(_Upstream(chunks), _observer(client, provider), idle_timeout=5, tool_call_timeout=5,
+                       provider_name="p")
         c = _Client()
         try:
             await r.prime()

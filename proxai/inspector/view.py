@@ -18,22 +18,23 @@ from proxai import capture, usage
 from proxai.errors import ANTHROPIC, CHAT, RESPONSES
 from proxai.inspector.record import ON_DISK, Entry
 from proxai.sse import SSEParser
+from proxai.streaming import Outcome
 
 PROTOCOL_PATHS = (("/chat/completions", CHAT), ("/responses", RESPONSES), ("/messages", ANTHROPIC))
 
 # How a stream ended, in the words the page shows, by the log's `outcome`.
 END_REASONS = {
-    "complete": "complete",
-    "complete_without_done": "complete",
-    "incomplete:eof": "cut",
-    "incomplete:upstream_reset": "cut",
-    "incomplete:idle_timeout": "stalled",
-    "incomplete:tool_call_stall": "stalled",
-    "incomplete:malformed": "malformed",
-    "incomplete:internal": "internal error",
-    "upstream_error_event": "upstream error",
-    "client_disconnected": "client gone",
-    "open": "open",
+    Outcome.COMPLETE: "complete",
+    Outcome.COMPLETE_WITHOUT_DONE: "complete",
+    Outcome.EOF: "cut",
+    Outcome.UPSTREAM_RESET: "cut",
+    Outcome.IDLE_TIMEOUT: "stalled",
+    Outcome.TOOL_CALL_STALL: "stalled",
+    Outcome.MALFORMED: "malformed",
+    Outcome.INTERNAL: "internal error",
+    Outcome.UPSTREAM_ERROR: "upstream error",
+    Outcome.CLIENT_DISCONNECTED: "client gone",
+    Outcome.OPEN: "open",
 }
 
 _SUMMARY_KEYS = ("request_id", "method", "path", "client_protocol", "route", "provider", "provider_protocol",
@@ -66,21 +67,7 @@ def end_reason(entry: Entry) -> str:
     outcome = info.get("outcome") or "open"
     if not entry.done:
         return "open"
-    if outcome != "client_disconnected":
-        if info.get("translation_error") == "stream":
-            return "malformed"  # the rules could not read an upstream event
-        if outcome == "upstream_error_event" and entry.upstream and not _is_object(entry.upstream[-1][2]):
-            return "malformed"  # the translator refused an event that is not a JSON object
     return END_REASONS.get(outcome, outcome)
-
-
-def _is_object(data: str) -> bool:
-    if data == "[DONE]":
-        return True
-    try:
-        return isinstance(orjson.loads(data), dict)
-    except orjson.JSONDecodeError:
-        return False
 
 
 def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captured]) -> dict[str, Any]:
@@ -275,7 +262,7 @@ def _error(info: dict, phases: dict[str, capture.Captured], entry: Entry) -> dic
     translation = info.get("translation_error")
     if not kind and not translation and (info.get("status") or 0) < 400:
         return None
-    rule = info.get("_rule") or getattr(entry.observer, "error_rule", None)
+    rule = info.get("rule") or getattr(entry.observer, "error_rule", None)
     message = param = None
     outbound = phases.get("outbound_response")
     if outbound is not None and not outbound.is_stream:
