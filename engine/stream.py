@@ -37,7 +37,7 @@ STEP_ACTIONS = ("let", "do", "set", "emit", "error")
 # Where a run's objects sit in its variables: not a name a selector can spell.
 _OBJECTS = "@objects"
 
-V1_HINT = ("stream rules v1: `do`/`set`/`emit`/`error` side by side ran in key order. "
+V1_HINT = ("stream rules v1: `do`, `set`, `emit` and `error` side by side ran in key order. "
            "Write `steps:` as an ordered list of one-action items, e.g. "
            "steps: [{let: {b: {$hook: ...}}}, {set: {...}}, {emit: [...]}]")
 
