@@ -171,7 +171,9 @@ def check_selectors(ctx: LintContext, doc):
 
 def check_constructs(ctx: LintContext, doc):
     places = list(_templates_of(doc)) + [(t, t, None) for _, t in _transitions(doc)]
-    named = doc.get("templates") or {}
+    # An override may $ref the templates of the file it is layered over.
+    layered = (ctx.layered or {}).get((doc.get("kind"), doc.get("protocol"))) or {}
+    named = {**(layered.get("templates") or {}), **(doc.get("templates") or {})}
     hooks = set(ctx.hooks) | _object_hooks(ctx, doc)
     for tmpl, _, _ in places:
         for node in _constructs(tmpl):
