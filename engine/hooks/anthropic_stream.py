@@ -93,12 +93,10 @@ class BlocksOut:
         self._entry(index)["opaque"] = opaque
 
     def close(self, index=None) -> dict:
-        """The closed block, with the reasoning part the envelope is made from."""
+        """The closed block (a reasoning block's text and opaque state make its envelope)."""
         entry = self.blocks.pop(index, None)
         if entry is None:
             raise UpstreamProtocolError(f"block_stop for block {index} that is not open")
-        if entry["kind"] == "reasoning":
-            entry = {**entry, "part": {"type": "reasoning", "text": entry["text"], "opaque": entry["opaque"]}}
         return entry
 
     def seen(self) -> dict:

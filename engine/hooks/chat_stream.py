@@ -210,21 +210,11 @@ class Turn:
         self.at: dict = {}       # IR index -> part
         self.spoke_ = False
 
-    def add(self, index=None, kind=None, id=None, text=None, opaque=None, custom=None) -> None:
-        part = {"type": "reasoning" if kind in ("reasoning", "redacted_reasoning") else kind}
-        if kind == "reasoning":
-            part["text"] = text or ""
-        elif kind == "redacted_reasoning":
-            part["text"] = None
-        elif kind == "tool_call":
-            part["id"] = id
-            if custom:
-                part["custom"] = True
-        if opaque:
-            part["opaque"] = opaque
+    def add(self, index=None, part=None, said=None) -> None:
+        """Record a started block's IR part (its shape is the rule's); ``said``: it carried visible text."""
         self.parts_.append(part)
         self.at[index] = part
-        if kind in ("text", "refusal") and text:
+        if said:
             self.spoke_ = True
 
     def gap(self):
