@@ -27,6 +27,7 @@ import orjson
 from .errors import TranslationError, UpstreamProtocolError
 from .expr import compile_expr, truthy, variables_of
 from .template import CONSTRUCTS, Compiler, Run, Scope, template_params
+from .toolcalls import StreamRestorer
 
 IR_TERMINAL = "message_stop"
 
