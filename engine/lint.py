@@ -27,6 +27,7 @@ class LintContext:
     tables: dict          # name -> table doc
     enums: dict           # name -> list
     ir_events: dict       # IR event type -> set of fields
+    layered: dict = None  # (kind, protocol) -> the layered doc (stream state objects)
 
 
 def _ir_event_fields() -> dict:
@@ -121,15 +122,43 @@ def _transitions(doc):
         yield None, t
 
 
+def _step_templates(t):
+    """(template, parent, key) for a transition's `when` and each step's action (stream rules v2)."""
+    if not isinstance(t, dict):
+        return
+    if "when" in t:
+        yield t["when"], t, "when"
+    for step in t.get("steps") or []:
+        if isinstance(step, dict):
+            for key, value in step.items():
+                if key != "error":
+                    yield value, step, key
+
+
+def _object_hooks(ctx, doc) -> set:
+    """`name.method` for the stateful objects a stream file declares under `state:` (its
+    own, or the layered one when the file is an override)."""
+    from .hooks import OBJECTS
+
+    out = set()
+    if not str(doc.get("kind", "")).startswith("stream."):
+        return out
+    layered = (ctx.layered or {}).get((doc.get("kind"), doc.get("protocol")))
+    state = {**((layered or {}).get("state") or {}), **(doc.get("state") or {})}
+    for name, value in state.items():
+        cls = OBJECTS.get(value.get("object")) if isinstance(value, dict) else None
+        if cls is not None:
+            out |= {f"{name}.{m}" for m in dir(cls) if not m.startswith("_") and callable(getattr(cls, m))}
+    return out
+
+
 # --- checks ---------------------------------------------------------------------
 
 
 def check_selectors(ctx: LintContext, doc):
     places = list(_templates_of(doc))
     for _, t in _transitions(doc):
-        for k, v in t.items():
-            if k != "error":
-                places.append((v, t, k))
+        places.extend(_step_templates(t))
     if "key" in doc:
         places.append((doc["key"], doc, "key"))
     for tmpl, parent, key in places:
@@ -142,7 +171,10 @@ def check_selectors(ctx: LintContext, doc):
 
 def check_constructs(ctx: LintContext, doc):
     places = list(_templates_of(doc)) + [(t, t, None) for _, t in _transitions(doc)]
-    named = doc.get("templates") or {}
+    # An override may $ref the templates of the file it is layered over.
+    layered = (ctx.layered or {}).get((doc.get("kind"), doc.get("protocol"))) or {}
+    named = {**(layered.get("templates") or {}), **(doc.get("templates") or {})}
+    hooks = set(ctx.hooks) | _object_hooks(ctx, doc)
     for tmpl, _, _ in places:
         for node in _constructs(tmpl):
             ops = [k for k in node if isinstance(k, str) and k.startswith("$")]
@@ -152,7 +184,7 @@ def check_constructs(ctx: LintContext, doc):
                 continue
             for extra in (k for k in ops if k != primary and k not in OPTIONS.get(primary, ())):
                 yield _line(node, extra), f"{primary} does not take {extra}"
-            if primary == "$hook" and node["$hook"] not in ctx.hooks:
+            if primary == "$hook" and node["$hook"] not in hooks:
                 yield _line(node, "$hook"), f"unknown hook {node['$hook']!r}"
             if primary == "$table" and node["$table"] not in ctx.tables:
                 yield _line(node, "$table"), f"unknown table {node['$table']!r}"
@@ -162,7 +194,7 @@ def check_constructs(ctx: LintContext, doc):
 
 def check_named_hooks(ctx: LintContext, doc):
     for key in ("split", "stamp"):
-        if key in doc and doc[key] not in ctx.hooks:
+        if key in doc and doc[key] not in ctx.hooks and doc[key] not in _object_hooks(ctx, doc):
             yield _line(doc, key), f"unknown hook {doc[key]!r} in {key}"
     for key in ("before", "after"):
         for i, name in enumerate(doc.get(key) or []):
@@ -218,10 +250,8 @@ def check_event_fields(ctx: LintContext, doc):
             fields = ctx.ir_events.get(str(event)) if event is not None else None
             if fields is None:
                 continue
-            for key, value in t.items():
-                if key == "error":
-                    continue
-                for selector, line, at_event in _selectors(value, t, key):
+            for value, parent, key in _step_templates(t):
+                for selector, line, at_event in _selectors(value, parent, key):
                     if not at_event or selector.startswith("$"):
                         continue
                     try:
@@ -232,7 +262,8 @@ def check_event_fields(ctx: LintContext, doc):
                         yield line, f"IR event {event!r} has no field {name!r}"
     elif kind == "stream.decode":
         for _, t in _transitions(doc):
-            for item in t.get("emit") or []:
+            emits = [step["emit"] for step in (t.get("steps") or []) if isinstance(step, dict) and "emit" in step]
+            for item in (i for e in emits for i in (e if isinstance(e, list) else [e])):
                 if not isinstance(item, dict) or not isinstance(item.get("type"), str):
                     continue
                 literal = item["type"].strip()
@@ -248,8 +279,31 @@ def check_event_fields(ctx: LintContext, doc):
                         yield _line(item, key), f"IR event {name!r} has no field {key!r}"
 
 
+def check_steps(ctx: LintContext, doc):
+    """Stream rules v2: transitions are `when` + `steps`, each step one action; objects exist."""
+    from .hooks import OBJECTS
+    from .stream import STEP_ACTIONS, V1_HINT
+
+    if not str(doc.get("kind", "")).startswith("stream."):
+        return
+    for name, value in (doc.get("state") or {}).items():
+        if isinstance(value, dict) and "object" in value and value["object"] not in OBJECTS:
+            yield _line(doc["state"], name), f"state {name!r}: unknown object {value['object']!r}"
+    for _, t in _transitions(doc):
+        old = [k for k in t if k in ("do", "set", "emit", "error")]
+        if old:
+            yield _line(t, old[0]), f"{V1_HINT} (found {', '.join(old)})"
+            continue
+        for step in t.get("steps") or []:
+            actions = [k for k in step if k in STEP_ACTIONS] if isinstance(step, dict) else []
+            if len(actions) != 1 or len(step) != 1:
+                yield _line(step), (f"a step is a mapping with exactly one of {', '.join(STEP_ACTIONS)}; "
+                                    "write each action as its own list item, in the order it must run")
+
+
 #: every semantic check, in the order its messages are reported
-CHECKS = [check_selectors, check_constructs, check_named_hooks, check_tables, check_events, check_event_fields]
+CHECKS = [check_selectors, check_constructs, check_named_hooks, check_tables, check_events, check_event_fields,
+          check_steps]
 
 
 def lint_dirs(dirs: list[Path]) -> list[str]:
@@ -280,7 +334,8 @@ def lint_dirs(dirs: list[Path]) -> list[str]:
             layer(base_files, layered)
         layer([s for s in sources], layered)
         ctx = LintContext(HOOKS, {n: d for n, (d, _) in layered.tables.items()},
-                          {n: v for n, (v, _, _) in layered.enums.items()}, _ir_event_fields())
+                          {n: v for n, (v, _, _) in layered.enums.items()}, _ir_event_fields(),
+                          {k: d for k, (d, _) in layered.codecs.items()})
         for src in sources:
             for check in CHECKS:
                 try:

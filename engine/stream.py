@@ -3,9 +3,20 @@
     upstream SSE event -> decoder transitions -> IR events -> [serializer] -> encoder transitions -> client SSE bytes
 
 A ``stream.decode`` / ``stream.encode`` rule file lists, per event key, transitions
-tried in order; the first whose ``when`` holds runs its steps (``do``, ``set``,
-``emit``, ``error``) in the order they are written. Hooks keep per-stream state in
-``$state``; nothing is global.
+tried in order; the first whose ``when`` holds runs its ``steps``: an ordered list
+whose items each do one thing (rules/README.md, "Stream rules"):
+
+    - let: {name: template}     bind names the later steps read
+    - do: template              evaluate for effect (a stateful object's method)
+    - set: {key: template}      assign $state keys
+    - emit: [template, ...]     the events to emit (a list result is flattened)
+    - error: message            fail the stream with an upstream protocol error
+
+A step's own keys are independent (every value is evaluated before any is bound or
+assigned), so key order never matters. Per-stream state is the file's ``state:``:
+plain values (``$state``) and stateful objects (``name: {object: registered.name}``),
+whose methods rules call as hooks ``name.method`` and whose fields only those methods
+see. Nothing is global.
 """
 from __future__ import annotations
 
@@ -14,30 +25,126 @@ import copy
 import orjson
 
 from .errors import TranslationError, UpstreamProtocolError
-from .expr import compile_expr, truthy
-from .template import Compiler, Run, Scope
+from .expr import compile_expr, truthy, variables_of
+from .template import CONSTRUCTS, Compiler, Run, Scope, template_params
 from .toolcalls import StreamRestorer
 
 IR_TERMINAL = "message_stop"
+
+#: the variables every stream template may read; others must be bound by a step
+#: (``let``), a template parameter, ``$let`` or ``$map``.
+GLOBALS = frozenset({"ctx", "state", "root"})
+STEP_ACTIONS = ("let", "do", "set", "emit", "error")
+# Where a run's objects sit in its variables: not a name a selector can spell.
+_OBJECTS = "@objects"
+
+V1_HINT = ("stream rules v1: `do`, `set`, `emit` and `error` side by side ran in key order. "
+           "Write `steps:` as an ordered list of one-action items, e.g. "
+           "steps: [{let: {b: {$hook: ...}}}, {set: {...}}, {emit: [...]}]")
+
+
+def free_variables(node, bound: frozenset, named: dict, where_node=None):
+    """Yield (variable name, node) for every ``$name`` a template reads that is not bound,
+    and check ``$ref`` arguments against the referenced template's parameters."""
+    if isinstance(node, str):
+        name = variables_of(node)
+        if name is not None and name not in bound:
+            yield name, where_node
+        return
+    if isinstance(node, list):
+        for item in node:
+            yield from free_variables(item, bound, named, node)
+        return
+    if not isinstance(node, dict):
+        return
+    ops = [k for k in node if isinstance(k, str) and k.startswith("$")]
+    primary = next((k for k in ops if k in CONSTRUCTS), None)
+    if primary in ("$lit", "$reject", "$error"):
+        return
+    if primary == "$let":
+        inner = bound | set(node["$let"] or {})
+        for value in (node["$let"] or {}).values():
+            yield from free_variables(value, bound, named, node["$let"])
+        yield from free_variables(node.get("$in"), inner, named, node)
+        return
+    if primary == "$map":
+        yield from free_variables(node["$map"], bound, named, node)
+        inner = bound | {"parent", "index"}
+        for key in ("$as", "$where"):
+            if key in node:
+                yield from free_variables(node[key], inner, named, node)
+        return
+    for key, value in node.items():
+        if key in ("$what", "$table", "$hook", "$ref", "$flat", "$param"):
+            continue
+        if key in ("$cases", "$args"):
+            for v in (value or {}).values():
+                yield from free_variables(v, bound, named, value)
+        else:
+            yield from free_variables(value, bound, named, node)
+
+
+def _check_free(compiler: Compiler, node, bound: frozenset, what: str) -> None:
+    for name, at in free_variables(node, bound, compiler.named_src, node):
+        raise compiler.error(at if at is not None else node,
+                             f"{what} reads ${name}, which nothing binds (bind it with a `let` step, "
+                             f"or declare it in the template's params and pass it in $args)")
 
 
 class Transition:
     __slots__ = ("when", "steps", "where")
 
     def __init__(self, node, compiler: Compiler):
+        if not isinstance(node, dict):
+            raise compiler.error(node, "a transition is a mapping with `when` and `steps`")
+        old = [k for k in node if k in ("do", "set", "emit", "error")]
+        if old:
+            raise compiler.error(node, f"{V1_HINT} (found {', '.join(old)})", old[0])
+        unknown = [k for k in node if k not in ("when", "steps")]
+        if unknown:
+            raise compiler.error(node, f"a transition takes `when` and `steps`, not {unknown[0]!r}", unknown[0])
         self.where = compiler.where(node)
-        self.when = compiler.compile(node["when"], node) if "when" in node else None
+        bound = GLOBALS
+        if "when" in node:
+            _check_free(compiler, node["when"], bound, "`when`")
+            self.when = compiler.compile(node["when"], node)
+        else:
+            self.when = None
         self.steps = []
-        for key, value in node.items():
-            if key == "do":
+        steps = node.get("steps") or []
+        if not isinstance(steps, list):
+            raise compiler.error(node, "`steps` is a list: one action per item, run in order", "steps")
+        for step in steps:
+            actions = [k for k in step if k in STEP_ACTIONS] if isinstance(step, dict) else []
+            if not isinstance(step, dict) or len(actions) != 1 or len(step) != 1:
+                raise compiler.error(step if isinstance(step, dict) else steps,
+                                     f"a step is a mapping with exactly one of {', '.join(STEP_ACTIONS)} "
+                                     f"(found {', '.join(map(str, step)) if isinstance(step, dict) else type(step).__name__}); "
+                                     "write each action as its own list item, in the order it must run")
+            kind = actions[0]
+            value = step[kind]
+            if kind == "error":
+                self.steps.append(("error", str(value)))
+                continue
+            if kind in ("let", "set"):
+                if not isinstance(value, dict) or not value:
+                    raise compiler.error(step, f"`{kind}` takes a mapping of name -> template", kind)
+                for v in value.values():
+                    _check_free(compiler, v, bound, f"`{kind}`")
+                compiled = [(str(k), compiler.compile(v, value)) for k, v in value.items()]
+                if kind == "let":
+                    clash = [k for k in value if k in GLOBALS]
+                    if clash:
+                        raise compiler.error(value, f"`let` cannot rebind ${clash[0]}", clash[0])
+                    bound = bound | set(map(str, value))
+                self.steps.append((kind, compiled))
+            elif kind == "emit":
+                _check_free(compiler, value, bound, "`emit`")
                 items = value if isinstance(value, list) else [value]
-                self.steps.append(("do", [compiler.compile(v, node) for v in items]))
-            elif key == "set":
-                self.steps.append(("set", [(k, compiler.compile(v, value)) for k, v in value.items()]))
-            elif key == "emit":
-                self.steps.append(("emit", [compiler.compile(v, value) for v in value]))
-            elif key == "error":
-                self.steps.append(("error", value))
+                self.steps.append(("emit", [compiler.compile(v, value) for v in items]))
+            else:
+                _check_free(compiler, value, bound, "`do`")
+                self.steps.append(("do", compiler.compile(value, step)))
 
     def run(self, scope: Scope, out: list) -> None:
         for kind, payload in self.steps:
@@ -48,41 +155,81 @@ class Transition:
                         out.extend(v for v in value if v is not None)
                     elif value is not None:
                         out.append(value)
-            elif kind == "do":
-                for fn in payload:
-                    fn(scope)
+            elif kind == "let":
+                values = [(k, fn(scope)) for k, fn in payload]
+                scope = Scope(scope.cur, {**scope.vars, **dict(values)}, scope.path, scope.ctx, scope.run)
             elif kind == "set":
+                values = [(k, fn(scope)) for k, fn in payload]
                 state = scope.vars["state"]
-                for key, fn in payload:
-                    state[key] = fn(scope)
+                for key, value in values:
+                    state[key] = value
+            elif kind == "do":
+                payload(scope)
             else:
                 raise UpstreamProtocolError(payload, None, self.where)
+
+
+def _method_hook(obj_name: str, method: str):
+    def call(scope, **args):
+        return getattr(scope.vars[_OBJECTS][obj_name], method)(**args)
+    call.__name__ = f"{obj_name}.{method}"
+    return call
 
 
 class StreamRules:
     """A compiled ``stream.decode`` or ``stream.encode`` rule file."""
 
     def __init__(self, doc: dict, compiler: Compiler):
+        from .hooks import OBJECTS
+
         self.kind, self.protocol, self.file = doc["kind"], doc["protocol"], compiler.file
-        self.initial_state = copy.deepcopy(dict(doc.get("state") or {}))
+        self.initial_state, self.objects = {}, {}
+        state = doc.get("state") or {}
+        for name, value in state.items():
+            if isinstance(value, dict) and "object" in value:
+                cls = OBJECTS.get(value["object"])
+                if cls is None or set(value) != {"object"}:
+                    raise compiler.error(state, f"state {name!r}: unknown object {value.get('object')!r} "
+                                                f"(known: {', '.join(sorted(OBJECTS))})", name)
+                self.objects[str(name)] = cls
+            else:
+                self.initial_state[str(name)] = copy.deepcopy(value)
+        # A stateful object's methods are hooks named `<object>.<method>` in this file only.
+        hooks = dict(compiler.hooks)
+        for name, cls in self.objects.items():
+            for method in (m for m in dir(cls) if not m.startswith("_") and callable(getattr(cls, m))):
+                if f"{name}.{method}" in compiler.hooks:
+                    raise compiler.error(state, f"state object {name!r} shadows hook {name}.{method}", name)
+                hooks[f"{name}.{method}"] = _method_hook(name, method)
+        compiler.hooks = hooks
+        for tname, src in compiler.named_src.items():
+            params, body = template_params(src)
+            _check_free(compiler, body, GLOBALS | set(params or ()), f"template {tname!r}")
         self.on = {str(k): [Transition(t, compiler) for t in v] for k, v in doc["on"].items()}
         self.eof = [Transition(t, compiler) for t in doc.get("eof") or []]
         self.key = compile_expr(doc["key"], compiler.where(doc, "key")) if "key" in doc else None
-        self.split = None
-        if "split" in doc:
-            self.split = compiler.hooks.get(doc["split"])
-            if self.split is None:
-                raise compiler.error(doc, f"unknown hook {doc['split']!r}", "split")
-        self.stamp = None
-        if "stamp" in doc:
-            self.stamp = compiler.hooks.get(doc["stamp"])
-            if self.stamp is None:
-                raise compiler.error(doc, f"unknown hook {doc['stamp']!r}", "stamp")
+        self.split = self._entry(doc, "split", compiler)
+        self.stamp = self._entry(doc, "stamp", compiler)
         self.named_sse = doc.get("sse", "named") == "named"
         self.overlap = doc.get("overlap", True)
         self.unknown_is_error = doc.get("unknown", "ignore") == "error"
         for name in compiler.named_src:
             compiler.ref(name)
+
+    def _entry(self, doc, key, compiler):
+        """`split` / `stamp`: a hook or an object's method, given the wire event."""
+        if key not in doc:
+            return None
+        name = str(doc[key])
+        obj, _, method = name.partition(".")
+        if obj in self.objects:
+            if not callable(getattr(self.objects[obj], method, None)) or method.startswith("_"):
+                raise compiler.error(doc, f"state object {obj!r} has no method {method!r}", key)
+            return lambda scope: getattr(scope.vars[_OBJECTS][obj], method)(scope.cur)
+        hook = compiler.hooks.get(name)
+        if hook is None:
+            raise compiler.error(doc, f"unknown hook {name!r}", key)
+        return hook
 
 
 class StreamRun:
@@ -91,7 +238,8 @@ class StreamRun:
     def __init__(self, rules: StreamRules, ctx):
         self.rules, self.ctx = rules, ctx
         self.state = copy.deepcopy(rules.initial_state)
-        self.vars = {"ctx": ctx.vars(), "state": self.state, "root": None}
+        self.objects = {name: cls(ctx) for name, cls in rules.objects.items()}
+        self.vars = {"ctx": ctx.vars(), "state": self.state, "root": None, _OBJECTS: self.objects}
         self.run = Run(UpstreamProtocolError)
 
     def handle(self, key: str, event) -> list:

@@ -150,7 +150,8 @@ class Compiler:
         """The compiled named template; compiled once (``$ref`` resolves lazily, so recursion is fine)."""
         fn = self.named.get(name)
         if fn is None:
-            fn = self.named[name] = self.compile(self.named_src[name], self.named_src)
+            _, body = template_params(self.named_src[name])
+            fn = self.named[name] = self.compile(body, self.named_src)
         return fn
 
 
@@ -337,17 +338,46 @@ def compile_error(c: Compiler, node) -> Fn:
     return lambda scope: (_ for _ in ()).throw(UpstreamProtocolError(message, scope.param()))
 
 
+def template_params(src) -> tuple[tuple[str, ...] | None, object]:
+    """A named template is a template, or ``{params: [names], body: template}``: one whose
+    inputs are declared; a ``$ref`` passes them in ``$args`` (an input not passed is null)."""
+    if isinstance(src, dict) and set(src) == {"params", "body"} and isinstance(src["params"], list):
+        return tuple(str(p) for p in src["params"]), src["body"]
+    return None, src
+
+
 def compile_ref(c: Compiler, node) -> Fn:
     name = node["$ref"]
     if name not in c.named_src:
         raise c.error(node, f"unknown template {name!r}", "$ref")
+    params, _ = template_params(c.named_src[name])
+    given = node.get("$args") or {}
+    if given and not isinstance(given, dict):
+        raise c.error(node, "$args of a $ref is a mapping: parameter -> template", "$args")
+    unknown = [k for k in given if k not in (params or ())]
+    if unknown:
+        declared = f"its params are {', '.join(params)}" if params else "it declares no params"
+        raise c.error(node, f"template {name!r} has no parameter {unknown[0]!r} ({declared})", "$args")
+    args = [(k, c.compile(v, given)) for k, v in given.items()]
     cell: list = []
 
-    def run(scope):
+    if params is None:
+        def run(scope):
+            if not cell:
+                cell.append(c.ref(name))
+            return cell[0](scope)
+        return run
+
+    def run_with(scope):
         if not cell:
             cell.append(c.ref(name))
-        return cell[0](scope)
-    return run
+        bound = dict(scope.vars)
+        for p in params:
+            bound[p] = None
+        for k, fn in args:
+            bound[k] = fn(scope)
+        return cell[0](Scope(scope.cur, bound, scope.path, scope.ctx, scope.run))
+    return run_with
 
 
 def compile_merge(c: Compiler, node) -> Fn:
@@ -425,4 +455,5 @@ OPTIONS: dict[str, tuple[str, ...]] = {
     "$hook": ("$args",),
     "$reject": ("$param",),
     "$let": ("$in",),
+    "$ref": ("$args",),
 }

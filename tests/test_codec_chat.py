@@ -788,13 +788,13 @@ def run_decoder(eng, payloads, eof=False):
 
 def _ir_sink(eng):
     """An 'encoder' that writes IR events out as they are, to observe a decoder through the engine."""
-    doc = {"kind": "stream.encode", "protocol": CHAT, "sse": "data", "on": {e: [{"emit": ["@"]}] for e in IR_EVENTS}}
+    doc = {"kind": "stream.encode", "protocol": CHAT, "sse": "data", "on": {e: [{"steps": [{"emit": ["@"]}]}] for e in IR_EVENTS}}
     return StreamRules(doc, Compiler("ir_sink", HOOKS, eng.tables))
 
 
 def _ir_source(eng):
     """A 'decoder' that reads IR events from the wire as they are, to drive an encoder through the engine."""
-    doc = {"kind": "stream.decode", "protocol": ANTHROPIC, "on": {e: [{"emit": ["@"]}] for e in IR_EVENTS}}
+    doc = {"kind": "stream.decode", "protocol": ANTHROPIC, "on": {e: [{"steps": [{"emit": ["@"]}]}] for e in IR_EVENTS}}
     return StreamRules(doc, Compiler("ir_source", HOOKS, eng.tables))
 
 

@@ -903,13 +903,13 @@ _PASS = """
 kind: stream.decode
 protocol: openai_chat_completions
 on:
-  message_start: [{emit: ["@"]}]
-  block_start: [{emit: ["@"]}]
-  block_delta: [{emit: ["@"]}]
-  block_opaque: [{emit: ["@"]}]
-  block_stop: [{emit: ["@"]}]
-  message_stop: [{emit: ["@"]}]
-  error: [{emit: ["@"]}]
+  message_start: [{steps: [{emit: ["@"]}]}]
+  block_start: [{steps: [{emit: ["@"]}]}]
+  block_delta: [{steps: [{emit: ["@"]}]}]
+  block_opaque: [{steps: [{emit: ["@"]}]}]
+  block_stop: [{steps: [{emit: ["@"]}]}]
+  message_stop: [{steps: [{emit: ["@"]}]}]
+  error: [{steps: [{emit: ["@"]}]}]
 """
 
 

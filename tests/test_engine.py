@@ -207,7 +207,7 @@ def test_serializer_flushes_pending_blocks_at_message_stop():
 def test_a_failing_stream_condition_is_an_upstream_error_not_a_crash(tmp_path):
     (tmp_path / "d.yaml").write_text(
         "kind: stream.decode\nprotocol: anthropic_messages\non:\n  message_start:\n"
-        "    - when: \"length(message) > `0`\"\n      emit: []\n")
+        "    - when: \"length(message) > `0`\"\n      steps: []\n")
     from engine.stream import StreamRun
     eng = engine.Engine.load(override_dir=tmp_path)
     ctx = engine.Context("openai_chat_completions", "anthropic_messages")

@@ -53,7 +53,7 @@ def _rule_selectors() -> list[str]:
         src, _ = read_file(path)
         if src is None or src.doc.get("kind") in ("tables", "enums"):
             continue
-        places = list(lint._templates_of(src.doc)) + [(v, t, k) for _, t in lint._transitions(src.doc) for k, v in t.items() if k != "error"]
+        places = list(lint._templates_of(src.doc)) + [place for _, t in lint._transitions(src.doc) for place in lint._step_templates(t)]
         for template, parent, key in places:
             for selector, _, _ in lint._selectors(template, parent, key):
                 match = re.match(r"^\$\w+(?:\.(.+))?$", selector, re.S)

@@ -4,8 +4,15 @@ Every hook has one signature, ``hook(scope, **args) -> value``; ``scope.cur`` is
 the data item, ``scope.vars["state"]`` the per-stream state, ``scope.ctx`` the
 request context. Each module exports a literal ``HOOKS`` table; this registry is
 their union, and rule files name hooks by these keys (the linter checks them).
+
+Stream rules' stateful parts are small classes in :data:`OBJECTS` (one instance per
+stream, built with the request context); a stream file declares one under ``state:``
+as ``name: {object: registered.name}`` and calls its methods as hooks ``name.method``.
 """
-from . import anthropic, caching, chat, common, continuation, fit, gemini_client, responses
+from . import (
+    anthropic, anthropic_stream, caching, chat, chat_stream, common, continuation, fit, gemini_client, responses,
+    responses_stream,
+)
 
 HOOKS = {
     **common.HOOKS,
@@ -13,7 +20,15 @@ HOOKS = {
     **chat.HOOKS,
     **responses.HOOKS,
     **anthropic.HOOKS,
+    **anthropic_stream.HOOKS,
     **caching.HOOKS,
     **fit.HOOKS,
     **gemini_client.HOOKS,
+}
+
+OBJECTS = {
+    **chat_stream.OBJECTS,
+    **anthropic_stream.OBJECTS,
+    **responses_stream.OBJECTS,
+    **gemini_client.OBJECTS,
 }

@@ -1,9 +1,7 @@
-"""Hooks for the Anthropic Messages codec rules: block bookkeeping for the two
-stream directions, turn merging, PDF sources, citations, and a few checks whose
-messages depend on the data."""
+"""Hooks for the Anthropic Messages codec rules: turn merging, PDF sources, citations,
+and a few checks whose messages depend on the data. The stream rules' stateful parts
+are objects in :mod:`engine.hooks.anthropic_stream`."""
 from __future__ import annotations
-
-import orjson
 
 from ..errors import InvalidRequest, UpstreamProtocolError
 from .common import parse_data_url
@@ -125,105 +123,6 @@ def annotations_to_citations(scope, annotations=None, text=None):
     return out or None
 
 
-# --- stream decode: Anthropic blocks by index ------------------------------------
-
-
-def _blocks(scope) -> dict:
-    return scope.vars["state"].setdefault("blocks", {})
-
-
-def block_open(scope, index=None, kind=None):
-    _blocks(scope)[index] = {"kind": kind, "arguments": "", "streamed": False}
-
-
-def block(scope, index=None):
-    return _blocks(scope).get(index)
-
-
-def arguments_append(scope, index=None, delta=None):
-    entry = _blocks(scope).get(index)
-    if entry is None or entry["kind"] != "tool_call":
-        scope.fail("input_json_delta for a block that is not an open tool_use block")
-    if delta:
-        entry["arguments"] += delta
-        entry["streamed"] = True
-
-
-def arguments_check(scope, index=None):
-    """At a tool block's close its accumulated arguments must be a JSON object."""
-    text = _blocks(scope)[index]["arguments"]
-    if not text.strip():
-        return None
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        scope.fail("tool call arguments streamed by the provider are not valid JSON")
-    if not isinstance(value, dict):
-        scope.fail("tool call arguments streamed by the provider are not a JSON object")
-    return None
-
-
-def usage_update(scope, usage=None):
-    """Anthropic usage is cumulative: a later report overwrites the fields it carries."""
-    state = scope.vars["state"]
-    if isinstance(usage, dict):
-        state["usage"] = {**state.get("usage", {}), **{k: v for k, v in usage.items() if v is not None}}
-
-
-# --- stream encode: our blocks by IR index -----------------------------------------
-
-
-def out_open(scope, index=None, kind=None, text=None):
-    """Mint the next Anthropic block index (0, 1, 2... in start order) for an IR block."""
-    state = scope.vars["state"]
-    entry = {"index": state["next_index"], "kind": kind, "text": "", "opaque": None}
-    state["next_index"] += 1
-    state["blocks"][index] = entry
-    if kind == "refusal":
-        state["refusal_seen"] = True
-    _note_text(state, kind, text)
-    return entry
-
-
-def out_skip(scope, index=None):
-    scope.vars["state"]["blocks"][index] = {"index": None, "kind": "skipped"}
-
-
-def _note_text(state, kind, delta):
-    if kind == "text" and delta:
-        state["text_seen"] = True
-
-
-def _out_entry(scope, index):
-    entry = scope.vars["state"]["blocks"].get(index)
-    if entry is None:
-        scope.fail(f"IR event for block {index} before its block_start")
-    return entry
-
-
-def out_delta(scope, index=None, delta=None):
-    state = scope.vars["state"]
-    entry = _out_entry(scope, index)
-    if entry["kind"] == "reasoning" and delta:
-        entry["text"] += delta
-    _note_text(state, entry["kind"], delta)
-    return entry
-
-
-def out_opaque(scope, index=None, opaque=None):
-    _out_entry(scope, index)["opaque"] = opaque
-
-
-def out_close(scope, index=None):
-    """The closed block, with the reasoning part the envelope is made from."""
-    entry = scope.vars["state"]["blocks"].pop(index, None)
-    if entry is None:
-        scope.fail(f"block_stop for block {index} that is not open")
-    if entry["kind"] == "reasoning":
-        entry = {**entry, "part": {"type": "reasoning", "text": entry["text"], "opaque": entry["opaque"]}}
-    return entry
-
-
 HOOKS = {
     "anthropic.data_path": data_path,
     "anthropic.citations_to_annotations": citations_to_annotations,
@@ -234,14 +133,4 @@ HOOKS = {
     "anthropic.reject": reject,
     "anthropic.fail": fail,
     "anthropic.annotations_to_citations": annotations_to_citations,
-    "anthropic.block_open": block_open,
-    "anthropic.block": block,
-    "anthropic.arguments_append": arguments_append,
-    "anthropic.arguments_check": arguments_check,
-    "anthropic.usage_update": usage_update,
-    "anthropic.out_open": out_open,
-    "anthropic.out_skip": out_skip,
-    "anthropic.out_delta": out_delta,
-    "anthropic.out_opaque": out_opaque,
-    "anthropic.out_close": out_close,
 }

@@ -261,49 +261,39 @@ def json_schema(scope, schema=None):
 # --- stream encoder state -----------------------------------------------------------
 
 
-def _blocks(scope) -> dict:
-    return scope.vars["state"].setdefault("blocks", {})
+class Blocks:
+    """The stream encoder's open blocks: a function call is held until its block closes
+    (Gemini sends calls whole), and a reasoning block's text and opaque state are kept for
+    the signature owed when it closes."""
+
+    __slots__ = ("open",)
+
+    def __init__(self, ctx):
+        self.open: dict = {}
+
+    def start(self, index=None, kind=None, id=None, name=None, text=None, opaque=None) -> None:
+        self.open[index] = {"kind": kind, "id": id, "name": name, "text": text or "", "opaque": opaque}
+
+    def delta(self, index=None, delta=None):
+        """Accumulate a block's text or arguments; returns the block's kind (null if unknown)."""
+        block = self.open.get(index)
+        if block is None:
+            return None
+        if isinstance(delta, str):
+            block["text"] += delta
+        return block["kind"]
+
+    def opaque(self, index=None, opaque=None) -> None:
+        block = self.open.get(index)
+        if block is not None:
+            block["opaque"] = opaque
+
+    def stop(self, index=None):
+        """The closed block ({kind, id, name, text, opaque}), or null if it was never started."""
+        return self.open.pop(index, None)
 
 
-def stream_start(scope, index=None, kind=None, id=None, name=None, text=None, opaque=None):
-    _blocks(scope)[str(index)] = {"kind": kind, "id": id, "name": name, "text": text or "", "opaque": opaque}
-
-
-def stream_delta(scope, index=None, delta=None):
-    """Accumulate a block's text or arguments; the block's kind."""
-    block = _blocks(scope).get(str(index))
-    if block is None:
-        return None
-    if isinstance(delta, str):
-        block["text"] += delta
-    return block["kind"]
-
-
-def stream_opaque(scope, index=None, opaque=None):
-    block = _blocks(scope).get(str(index))
-    if block is not None:
-        block["opaque"] = opaque
-
-
-def stream_stop(scope, index=None):
-    """The part a closing block still owes: a function call, whole; a reasoning block's
-    signature (on an empty thought part after its text)."""
-    block = _blocks(scope).pop(str(index), None)
-    if block is None:
-        return None
-    if block["kind"] == "tool_call":
-        from .common import parse_arguments
-
-        call = {"name": block["name"], "args": parse_arguments(scope, text=block["text"])}
-        if block["id"]:
-            call = {"id": block["id"], **call}
-        return {"functionCall": call}
-    if block["kind"] in ("reasoning", "redacted_reasoning") and block["opaque"]:
-        sig = signature(scope, part={"type": "reasoning", "text": block["text"] if block["kind"] == "reasoning" else None,
-                                     "opaque": block["opaque"]})
-        if sig:
-            return {"text": "", "thought": True, "thoughtSignature": sig}
-    return None
+OBJECTS = {"gemini_client.blocks": Blocks}
 
 
 HOOKS = {
@@ -313,8 +303,4 @@ HOOKS = {
     "gemini_client.json_schema": json_schema,
     "gemini_client.one_name": one_name,
     "gemini_client.budget_band": budget_band,
-    "gemini_client.stream_start": stream_start,
-    "gemini_client.stream_delta": stream_delta,
-    "gemini_client.stream_opaque": stream_opaque,
-    "gemini_client.stream_stop": stream_stop,
 }
