@@ -53,6 +53,8 @@ SHELL_TOOLS = {
     "shell": lambda: json.dumps({"command": ["bash", "-lc", COMMAND]}),
     "functions__exec": lambda: json.dumps({"input": CODE_MODE}),
     "functions.exec": lambda: CODE_MODE,  # Responses: namespace functions, custom tool exec
+    # Gemini CLI refuses command substitution: the same marker, printed without it.
+    "run_shell_command": lambda: json.dumps({"command": "printf 'proxai-%d\\n' 42", "description": "Print a marker"}),
 }
 CALL_IDS = {"anthropic_messages": "toolu_proxai_shell_1", "openai_chat_completions": "call_proxai_shell_1",
             "openai_responses": "call_proxai_shell_1"}
@@ -272,6 +274,40 @@ def test_codex_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provide
     work = tmp_path / "work"
     work.mkdir()
     result = run([codex, "exec", "--skip-git-repo-check", PROMPT], codex_env(tmp_path / "home", proxy.url, model), work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    assert FINAL in result.stdout
+    check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
+
+
+# --- Gemini CLI ------------------------------------------------------------------------------------
+
+
+def gemini_env(home: Path, proxy_url: str) -> dict:
+    env = base_env(home)
+    settings = home / ".gemini"
+    settings.mkdir()
+    # An API key (ours) toward GOOGLE_GEMINI_BASE_URL; no telemetry or usage statistics.
+    (settings / "settings.json").write_text(json.dumps({
+        "security": {"auth": {"selectedType": "gemini-api-key"}},
+        "telemetry": {"enabled": False},
+        "privacy": {"usageStatisticsEnabled": False},
+        "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+    }))
+    env.update({"GOOGLE_GEMINI_BASE_URL": proxy_url, "GEMINI_API_KEY": CLIENT_KEY,
+                "GEMINI_CLI_TRUST_WORKSPACE": "true"})
+    return env
+
+
+# Gemini CLI (generateContent / streamGenerateContent, Gemini's wire) toward each provider
+# protocol: its model router's side request, then the agent's turns with its own
+# run_shell_command tool (offered in headless mode with --yolo).
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_gemini_cli_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol):
+    gemini = cli("gemini")
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "gemini-*")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run([gemini, "-p", PROMPT, "--yolo"], gemini_env(tmp_path / "home", proxy.url), work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
     check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
