@@ -21,7 +21,7 @@ from .toolcalls import restore_response
 __all__ = ["Engine", "Context", "ProxaiError", "RuleError", "TranslationError", "InvalidRequest",
            "UpstreamProtocolError", "DEFAULT_MAX_TOKENS"]
 
-PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")
+PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")
 
 
 class Engine:

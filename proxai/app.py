@@ -28,7 +28,7 @@ from proxai.logs import log_request
 from proxai.metrics import Metrics
 from proxai.passthrough import PassthroughWatch, StreamRelay
 from proxai.routing import RouteMatch, Router
-from proxai.transport import Transport, provider_headers, read_body, upstream_url
+from proxai.transport import Transport, generate_target, provider_headers, read_body, upstream_url
 
 log = logging.getLogger("proxai")
 
@@ -395,7 +395,8 @@ class Proxy:
             info["cache_breakpoints"] = len(ctx.cache_breakpoints)
         if ctx.dropped_tools:
             info["_headers"] = {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(ctx.dropped_tools))}
-        upstream = await self._send(request, provider, dump_json(out_body), stream, info)
+        suffix, query = generate_target(provider, match.upstream_model, stream)
+        upstream = await self._send(request, provider, dump_json(out_body), stream, info, suffix=suffix, query=query)
         try:
             await self._raise_for_status(upstream, provider)
             if not stream:

@@ -18,7 +18,7 @@ from pathlib import Path
 import engine
 from .sse import SSEParser
 
-PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")
+PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -40,7 +40,8 @@ from engine.ruleset import BUILTIN_RULES, build_tables, layer, read_file
 CHAT = "openai_chat_completions"
 RESPONSES = "openai_responses"
 ANTHROPIC = "anthropic_messages"
-PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC)
+GEMINI = "gemini_generate_content"
+PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC, GEMINI)
 
 ERROR_TABLES = BUILTIN_RULES / "tables" / "errors.yaml"
 
@@ -172,6 +173,8 @@ def _lookup(name: str, status: int, tables: Mapping | None) -> str:
 
 
 def family(protocol: str) -> str:
+    if protocol == GEMINI:
+        return "gemini"
     return "anthropic" if protocol == ANTHROPIC else "openai"
 
 

@@ -5,7 +5,7 @@ the data item, ``scope.vars["state"]`` the per-stream state, ``scope.ctx`` the
 request context. Each module exports a literal ``HOOKS`` table; this registry is
 their union, and rule files name hooks by these keys (the linter checks them).
 """
-from . import anthropic, caching, chat, common, continuation, fit, responses
+from . import anthropic, caching, chat, common, continuation, fit, gemini, responses
 
 HOOKS = {
     **common.HOOKS,
@@ -15,4 +15,5 @@ HOOKS = {
     **anthropic.HOOKS,
     **caching.HOOKS,
     **fit.HOOKS,
+    **gemini.HOOKS,
 }
