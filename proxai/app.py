@@ -23,7 +23,7 @@ from proxai import capture, count_tokens, ingress, inspector, models_endpoint, p
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.logs import log_request
 from proxai.metrics import Metrics
 from proxai.passthrough import PassthroughWatch, StreamRelay
@@ -661,10 +661,12 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
                                          models=("demo", "responses/demo")),
         "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key",
                                          models=("demo", "anthropic/demo")),
+        "demo-gemini": ProviderConfig("demo-gemini", GEMINI, mock_url, "demo-key", models=("gemini/demo",)),
     }
     routes = tuple(
         RouteConfig(name=f"demo-{prefix}", model_pattern=f"^{prefix}/(.+)$", provider=name, match_kind="regex", upstream_model="$1")
-        for prefix, name in (("chat", "demo-chat"), ("responses", "demo-responses"), ("anthropic", "demo-anthropic"))
+        for prefix, name in (("chat", "demo-chat"), ("responses", "demo-responses"), ("anthropic", "demo-anthropic"),
+                             ("gemini", "demo-gemini"))
     )
     return Config(
         providers=providers,

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 
 Usage = dict[str, int]
 
@@ -37,6 +37,11 @@ def normalise(protocol: str, usage: Any) -> Usage | None:
         read, write = _int(usage.get("cache_read_input_tokens")), _int(usage.get("cache_creation_input_tokens"))
         return {"input_tokens": _int(usage.get("input_tokens")) + read + write, "output_tokens": _int(usage.get("output_tokens")),
                 "cache_read_tokens": read, "cache_write_tokens": write}
+    if protocol == GEMINI:
+        # usageMetadata: promptTokenCount includes the cached tokens; thoughts are counted apart.
+        return {"input_tokens": _int(usage.get("promptTokenCount")),
+                "output_tokens": _int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount")),
+                "cache_read_tokens": _int(usage.get("cachedContentTokenCount")), "cache_write_tokens": 0}
     if protocol == CANONICAL_IR:
         return {"input_tokens": _int(usage.get("input_tokens")), "output_tokens": _int(usage.get("output_tokens")),
                 "cache_read_tokens": _int(usage.get("cached_tokens")), "cache_write_tokens": _int(usage.get("cache_write_tokens"))}
@@ -55,7 +60,7 @@ def from_body(protocol: str, body: Any) -> Usage | None:
             return None
     if not isinstance(body, dict):
         return None
-    return normalise(protocol, body.get("usage"))
+    return normalise(protocol, body.get("usageMetadata" if protocol == GEMINI else "usage"))
 
 
 _CHAT_USAGE = re.compile(r'"usage"\s*:\s*\{')
