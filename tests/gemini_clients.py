@@ -25,6 +25,10 @@ STOPS = {
 }
 
 
+class StreamFailed(Exception):
+    """A Responses stream that ended in response.failed (its events, as JSON)."""
+
+
 @dataclass
 class Result:
     text: str = ""
@@ -168,9 +172,14 @@ class Responses:
         kw.update(extra)
         if stream:
             with self.client.responses.stream(**kw) as s:
-                for _ in s:
-                    pass
-                r = s.get_final_response()
+                events = list(s)
+                failed = [e for e in events if e.type in ("response.failed", "error")]
+                if failed:  # the SDK only says it saw no response.completed
+                    raise StreamFailed(json.dumps([e.model_dump() for e in failed]))
+                final = [e for e in events if e.type in ("response.completed", "response.incomplete")]
+                assert final, "the Responses stream has no terminal event"
+                # The SDK's get_final_response knows only response.completed.
+                r = s.get_final_response() if final[-1].type == "response.completed" else final[-1].response
         else:
             r = self.client.responses.create(**kw)
         calls = [(i.call_id, i.name, json.loads(i.arguments)) for i in r.output if i.type == "function_call"]
@@ -240,7 +249,7 @@ class Anthropic:
             kw["extra_body"] = body
         if effort:
             kw["thinking"] = {"type": "enabled", "budget_tokens": {"low": 1024, "medium": 4096, "high": 16000}[effort]}
-            kw["max_tokens"] = max(kw["max_tokens"], 32000)
+            kw["max_tokens"] = max(kw["max_tokens"], 20000)
         kw.update(extra)
         if stream:
             with self.client.messages.stream(**kw) as s:

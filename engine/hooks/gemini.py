@@ -76,7 +76,7 @@ def link_results(scope):
                     if not isinstance(name, str):
                         raise InvalidRequest("a tool result whose call is not in the history cannot be linked for "
                                              "Gemini generateContent (it needs the function name)",
-                                             part.get("_path") or "call_id")
+                                             part.get("_path") or message.get("_path") or "call_id")
                     part = {**part, "name": name}
                 parts.append(part)
             message = {**message, "content": parts}
