@@ -454,3 +454,50 @@ def test_malformed_chunk_is_an_upstream_protocol_error(gemini_proxy, mock):
     mock.enqueue(Stream(raw=[b'data: {"candidates": [{"content": {"parts": [{"text": "hi"}]}}]}\n\n', b"data: {not json\n\n"]))
     with pytest.raises(openai.APIError):
         CLIENTS["chat"](gemini_proxy).ask(MODEL, HI, stream=True)
+
+
+# --- requests Gemini cannot take, and tool results with media --------------------------------
+
+
+@pytest.mark.parametrize("field,value", [("logprobs", True), ("n", 2), ("logit_bias", {"50256": -100})])
+def test_unrepresentable_fields_are_400_before_upstream(gemini_proxy, mock, field, value):
+    with pytest.raises(openai.BadRequestError) as err:
+        gemini_proxy.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                                                      **{field: value})
+    assert err.value.body["param"] == field and "Gemini" in err.value.body["message"]
+    assert mock.requests == []
+
+
+def test_sampling_and_penalties_go_to_generation_config(gemini_proxy, mock):
+    mock.enqueue(turn(Text("ok")))
+    gemini_proxy.openai().chat.completions.create(
+        model=MODEL, messages=[{"role": "developer", "content": "rules"}, {"role": "user", "content": "x"}],
+        top_p=0.9, seed=7, presence_penalty=0.5, frequency_penalty=0.25, parallel_tool_calls=False,
+        tools=[{"type": "function", "function": {"name": "f"}}])
+    body = sent(mock)
+    assert body["systemInstruction"] == {"parts": [{"text": "rules"}]}
+    assert body["generationConfig"] == {"topP": 0.9, "seed": 7, "presencePenalty": 0.5, "frequencyPenalty": 0.25}
+
+
+def test_tool_result_images_ride_in_function_response_parts(gemini_proxy, mock):
+    mock.enqueue(turn(Text("A chart.")))
+    gemini_proxy.anthropic().messages.create(model=MODEL, max_tokens=50, messages=[
+        {"role": "user", "content": "plot"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_9", "name": "plot", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "is_error": False, "content": [
+            {"type": "text", "text": "done"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": STANDARD}}]}]}],
+        tools=[{"name": "plot", "input_schema": {"type": "object"}}])
+    assert sent(mock)["contents"][2] == {"role": "user", "parts": [{"functionResponse": {
+        "id": "toolu_9", "name": "plot", "response": {"output": "done"},
+        "parts": [{"inlineData": {"mimeType": "image/png", "data": STANDARD}}]}}]}
+
+
+def test_tool_error_result_uses_the_error_key(gemini_proxy, mock):
+    mock.enqueue(turn(Text("Sorry.")))
+    gemini_proxy.anthropic().messages.create(model=MODEL, max_tokens=50, messages=[
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True, "content": "boom"}]}],
+        tools=[{"name": "f", "input_schema": {"type": "object"}}])
+    assert sent(mock)["contents"][2]["parts"][0]["functionResponse"]["response"] == {"error": "boom"}
