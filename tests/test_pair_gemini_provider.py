@@ -501,3 +501,23 @@ def test_tool_error_result_uses_the_error_key(gemini_proxy, mock):
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True, "content": "boom"}]}],
         tools=[{"name": "f", "input_schema": {"type": "object"}}])
     assert sent(mock)["contents"][2]["parts"][0]["functionResponse"]["response"] == {"error": "boom"}
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_custom_tool_is_a_function_and_its_call_comes_back_custom(gemini_proxy, mock, stream):
+    """A Responses free-form tool has no Gemini form: it goes as a function with one
+    string parameter, and the call returns to the client as a custom tool call."""
+    mock.enqueue(turn(ToolCall("", "apply_patch", json.dumps({"input": "*** Begin Patch"}))))
+    kw = dict(model=MODEL, input="patch it", tools=[{"type": "custom", "name": "apply_patch", "description": "Patch"},
+                                                       {"type": "web_search"}])
+    client = gemini_proxy.openai()
+    if stream:
+        with client.responses.stream(**kw) as s:
+            r = s.get_final_response()
+    else:
+        r = client.responses.create(**kw)
+    (call,) = [i for i in r.output if i.type == "custom_tool_call"]
+    assert call.name == "apply_patch" and call.input == "*** Begin Patch"
+    (declaration,) = sent(mock, stream)["tools"][0]["functionDeclarations"]  # web_search left out
+    assert declaration["name"] == "apply_patch"
+    assert declaration["parametersJsonSchema"]["properties"]["input"]["type"] == "string"
