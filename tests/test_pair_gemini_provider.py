@@ -521,3 +521,10 @@ def test_custom_tool_is_a_function_and_its_call_comes_back_custom(gemini_proxy, 
     (declaration,) = sent(mock, stream)["tools"][0]["functionDeclarations"]  # web_search left out
     assert declaration["name"] == "apply_patch"
     assert declaration["parametersJsonSchema"]["properties"]["input"]["type"] == "string"
+
+
+def test_audio_input_is_inline_data(gemini_proxy, mock):
+    mock.enqueue(turn(Text("A beep.")))
+    gemini_proxy.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
+        {"type": "input_audio", "input_audio": {"data": URLSAFE, "format": "wav"}}]}])
+    assert sent(mock)["contents"][0]["parts"] == [{"inlineData": {"mimeType": "audio/wav", "data": STANDARD}}]

@@ -24,9 +24,6 @@ MINTED = "gcall_"
 UNSIGNED_CALL = "skip_thought_signature_validator"
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_-]")
 
-_AUDIO = {"wav": "audio/wav", "mp3": "audio/mp3", "aiff": "audio/aiff", "aac": "audio/aac",
-          "ogg": "audio/ogg", "flac": "audio/flac", "pcm16": "audio/pcm"}
-
 
 def call_id(scope, id=None):
     """A call id as Gemini may see it: its own ids go back, minted ones are left out."""
@@ -47,10 +44,6 @@ def guess_mime(scope, url=None):
     if not isinstance(url, str):
         return None
     return mimetypes.guess_type(url.split("?", 1)[0])[0]
-
-
-def audio_mime(scope, format=None):
-    return _AUDIO.get(format, f"audio/{format}" if isinstance(format, str) and format else None)
 
 
 def link_results(scope):
@@ -252,7 +245,6 @@ HOOKS = {
     "gemini.call_id": call_id,
     "gemini.standard_base64": standard_base64,
     "gemini.guess_mime": guess_mime,
-    "gemini.audio_mime": audio_mime,
     "gemini.link_results": link_results,
     "gemini.attach_signatures": attach_signatures,
     "gemini.merge_contents": merge_contents,
