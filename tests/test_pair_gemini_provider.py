@@ -145,6 +145,7 @@ def test_minted_ids_are_the_same_streaming_or_not(gemini_proxy, mock):
     a = client.ask(MODEL, HI, tools=[WEATHER])
     b = client.ask(MODEL, HI, stream=True, tools=[WEATHER])
     assert a.calls == b.calls and a.calls[0][0] != a.calls[1][0]
+    assert [r.path.rsplit(":", 1)[1] for r in mock.requests] == ["generateContent", "streamGenerateContent"]
 
 
 @pytest.mark.parametrize("stream", STREAMS)
@@ -317,6 +318,7 @@ def test_safety_stop_with_no_content_is_a_refusal(client, mock, stream):
     if client.name == "anthropic":
         assert r.raw.stop_details.category == "SAFETY"
         assert r.raw.stop_details.explanation == "Blocked for dangerous content."
+    sent(mock, stream)
 
 
 BLOCKED = {"promptFeedback": {"blockReason": "PROHIBITED_CONTENT", "blockReasonMessage": "The prompt was blocked.",
@@ -348,6 +350,7 @@ def test_usage_with_cached_and_thought_tokens(client, mock, stream):
     assert r.usage["input"] == 100 and r.usage["output"] == 30 and r.usage["cached"] == 40
     if client.name != "anthropic" or r.usage["reasoning"] is not None:
         assert r.usage["reasoning"] == 12
+    sent(mock, stream)
 
 
 RAW_IMAGE = b"\x89PNG\r\n\x1a\n\xfb\xff\xfe\xfa"
@@ -420,6 +423,8 @@ def test_upstream_errors_keep_status_and_message(gemini_proxy, mock, status, cls
     with pytest.raises(getattr(openai, cls)) as err:
         gemini_proxy.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
     assert f"gemini says {status}" in str(err.value)
+    assert err.value.status_code == status
+    sent(mock)
 
 
 def test_in_stream_error_chunk_fails_the_stream(client, mock):
@@ -446,14 +451,17 @@ def test_stalled_stream_ends_with_an_error(harness, mock):
         with pytest.raises(anthropic.APIError) as err:
             CLIENTS["anthropic"](p).ask(MODEL, HI, stream=True)
         assert "sent nothing for 0.5s" in str(err.value)
+        sent(mock, True)
     finally:
         p.stop()
 
 
 def test_malformed_chunk_is_an_upstream_protocol_error(gemini_proxy, mock):
     mock.enqueue(Stream(raw=[b'data: {"candidates": [{"content": {"parts": [{"text": "hi"}]}}]}\n\n', b"data: {not json\n\n"]))
-    with pytest.raises(openai.APIError):
+    with pytest.raises(openai.APIError) as err:
         CLIENTS["chat"](gemini_proxy).ask(MODEL, HI, stream=True)
+    assert "not JSON" in str(err.value)
+    sent(mock, True)
 
 
 # --- requests Gemini cannot take, and tool results with media --------------------------------
