@@ -172,3 +172,37 @@ def test_config_accepts_gemini_providers_and_their_options(harness):
     with pytest.raises(ConfigError) as err:
         load_dict(bad, {})
     assert "providers.gemini.anthropic_version" in str(err.value)
+
+
+def test_gemini_key_prompt_and_answer_never_reach_the_logs(start_proxy, harness, mock, tmp_path, monkeypatch):
+    import logging
+
+    from proxai.mock import Error
+    from test_observability import LogCapture
+
+    prompt, answer, args = "PROMPT-gemini-zanzibar-88", "ANSWER-gemini-quokka-11", '{"city": "ARGS-gemini-timbuktu"}'
+    monkeypatch.setenv("PROXAI_HOME", str(tmp_path))
+    p = start_proxy(gemini_config(harness.mock_url))
+    paths = {"/v1/chat/completions": {"messages": [{"role": "user", "content": prompt}]},
+             "/v1/responses": {"input": prompt},
+             "/v1/messages": {"max_tokens": 50, "messages": [{"role": "user", "content": prompt}]}}
+    with LogCapture("json", level=logging.DEBUG) as cap:
+        for path, body in paths.items():
+            for stream in (False, True):
+                mock.enqueue(Turn([Text(answer), ToolCall("", "get_weather", args)]))
+                assert raw_post(p.url, path, {"model": MODEL, "stream": stream, **body})[0] == 200
+                mock.enqueue(Error(400, message=f"bad prompt: {prompt}"))
+                assert raw_post(p.url, path, {"model": MODEL, "stream": stream, **body})[0] == 400
+        cap.lines_with("proxai.request", count=12)
+    for secret in (GEMINI_KEY, prompt, answer, "ARGS-gemini-timbuktu"):
+        assert secret not in cap.text
+    assert cap.text.count('"provider_protocol":"gemini_generate_content"') == 12  # the run was logged
+
+
+def test_crlf_separated_stream(start_proxy, harness, mock):
+    p = start_proxy(gemini_config(harness.mock_url))
+    mock.enqueue(Turn([Text("line one", chunks=["line", " one"])], crlf=True, split_bytes=5))
+    with p.anthropic().messages.stream(model=MODEL, max_tokens=20, messages=[{"role": "user", "content": "x"}]) as s:
+        message = s.get_final_message()
+    assert message.content[0].text == "line one" and message.stop_reason == "end_turn"
+    sent(mock, True)
