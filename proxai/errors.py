@@ -318,6 +318,8 @@ def upstream_error(
     except orjson.JSONDecodeError:
         body = None
     kept = preserved_headers(headers)
+    if provider_protocol == GEMINI and isinstance(body, list) and body and isinstance(body[0], dict):
+        body = body[0]  # a stream request's error can come as a one-element JSON array
     if isinstance(body, dict):
         err = body.get("error")
         if isinstance(err, dict) and provider_protocol == GEMINI:

@@ -536,3 +536,13 @@ def test_audio_input_is_inline_data(gemini_proxy, mock):
     gemini_proxy.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": [
         {"type": "input_audio", "input_audio": {"data": URLSAFE, "format": "wav"}}]}])
     assert sent(mock)["contents"][0]["parts"] == [{"inlineData": {"mimeType": "audio/wav", "data": STANDARD}}]
+
+
+def test_error_in_a_json_array_keeps_its_message(gemini_proxy, mock):
+    array = [{"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}}]
+    mock.enqueue(Error(503, body=json.dumps(array).encode(), content_type="application/json"))
+    with pytest.raises(anthropic.APIStatusError) as err:
+        gemini_proxy.anthropic().messages.create(model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "x"}])
+    assert err.value.status_code == 503 and "The model is overloaded." in str(err.value)
+    assert err.value.body["error"]["type"] == "overloaded_error"
+    sent(mock)
