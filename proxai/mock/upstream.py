@@ -1,4 +1,4 @@
-"""In-process mock upstreams for the three protocols: a scripted FIFO of replies, and a record of
+"""In-process mock upstreams for the four protocols: a scripted FIFO of replies, and a record of
 every request received. With an empty queue each endpoint answers with the demo reply."""
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ def gemini_request(path: str, body: dict | None) -> tuple[str, dict] | None:
 
 
 class MockUpstream:
-    """Serves POST /v1/chat/completions, /v1/responses and /v1/messages on `app`.
+    """Serves POST /v1/chat/completions, /v1/responses, /v1/messages and Gemini's
+    /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens on `app`.
 
     `enqueue` scripts replies (Json, Error, Stream, Hang, or a Turn rendered in the protocol of
     the path hit, streaming when the request's "stream" is true); `responder`, when set, answers
