@@ -29,7 +29,7 @@ from proxai.metrics import Metrics
 from proxai.relay import Relay
 from proxai.streaming import Outcome, StreamLoop, TranslatedStream
 from proxai.routing import RouteMatch, Router
-from proxai.transport import Transport, provider_headers, read_body, upstream_url
+from proxai.transport import Transport, generate_target, provider_headers, read_body, upstream_url
 
 log = logging.getLogger("proxai")
 
@@ -401,7 +401,8 @@ class Proxy:
             info["cache_breakpoints"] = len(ctx.cache_breakpoints)
         if ctx.dropped_tools:
             info["_headers"] = {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(ctx.dropped_tools))}
-        upstream = await self._send(request, provider, dump_json(out_body), stream, info)
+        suffix, query = generate_target(provider, match.upstream_model, stream)
+        upstream = await self._send(request, provider, dump_json(out_body), stream, info, suffix=suffix, query=query)
         try:
             await self._raise_for_status(upstream, provider)
             if not stream:
@@ -667,10 +668,13 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
                                          models=("demo", "responses/demo")),
         "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key",
                                          models=("demo", "anthropic/demo")),
+        # Routed by the gemini/ prefix; not listed by the OpenAI and Anthropic model lists.
+        "demo-gemini": ProviderConfig("demo-gemini", GEMINI, mock_url, "demo-key"),
     }
     routes = tuple(
         RouteConfig(name=f"demo-{prefix}", model_pattern=f"^{prefix}/(.+)$", provider=name, match_kind="regex", upstream_model="$1")
-        for prefix, name in (("chat", "demo-chat"), ("responses", "demo-responses"), ("anthropic", "demo-anthropic"))
+        for prefix, name in (("chat", "demo-chat"), ("responses", "demo-responses"), ("anthropic", "demo-anthropic"),
+                             ("gemini", "demo-gemini"))
     )
     return Config(
         providers=providers,

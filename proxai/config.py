@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from proxai.errors import ANTHROPIC, CHAT, ConfigError
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, ConfigError
 from engine import yamlsrc
 from engine.ruleset import SCHEMAS
 
@@ -479,6 +479,8 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
         _check_pool(name, p, problems)
         if p.protocol != ANTHROPIC:
             for key in _ANTHROPIC_ONLY:
+                if key == "thinking_mode" and p.protocol == GEMINI:
+                    continue  # Gemini: thinkingLevel (adaptive) or thinkingBudget (budget)
                 if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
                     problems.append((f"providers.{name}.{key}", "only valid for anthropic_messages providers"))
         if p.protocol != CHAT:

@@ -22,8 +22,8 @@ from aiohttp import web
 import engine
 from proxai import errors as E
 from proxai import ingress, paths, requestid, token_estimate
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
-from proxai.transport import read_body
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
+from proxai.transport import generate_target, read_body
 
 # The counting endpoint of each protocol that has one, below its generation path.
 SUFFIX = {ANTHROPIC: "/count_tokens", RESPONSES: "/input_tokens"}
@@ -34,6 +34,8 @@ ACCEPTED = {
                 "cache_control"),
     RESPONSES: ("model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "parallel_tool_calls",
                 "truncation", "conversation", "previous_response_id"),
+    # countTokens takes a whole generateContentRequest (system and tools count too).
+    GEMINI: ("contents", "systemInstruction", "tools", "toolConfig", "generationConfig"),
 }
 ESTIMATE_HEADER = "proxai-token-count"
 # Upstream answers meaning "no such endpoint here": the estimate stands in.
@@ -89,10 +91,17 @@ async def count(proxy, protocol: str, request: web.Request, info: dict, raw: byt
         payload = raw if match.upstream_model == model else dump_json(dict(body, model=match.upstream_model))
         query = request.rel_url.raw_query_string
     else:
-        payload = dump_json(_translate(proxy, request, protocol, match, body, info))
+        translated = _translate(proxy, request, protocol, match, body, info)
+        if provider.protocol == GEMINI:
+            name = match.upstream_model.removeprefix("models/")
+            translated = {"generateContentRequest": {"model": f"models/{name}", **translated}}
+        payload = dump_json(translated)
         query = ""
-    upstream = await proxy._send(request, provider, payload, False, info,
-                                 suffix=SUFFIX[provider.protocol], query=query)
+    if provider.protocol == GEMINI:
+        suffix = generate_target(provider, match.upstream_model, False)[0].replace(":generateContent", ":countTokens")
+    else:
+        suffix = SUFFIX[provider.protocol]
+    upstream = await proxy._send(request, provider, payload, False, info, suffix=suffix, query=query)
     try:
         if upstream.status in NO_ENDPOINT:
             return _estimate(protocol, body, info)
@@ -125,9 +134,10 @@ def _upstream_count(provider, data: bytes) -> int:
         answer = orjson.loads(data)
     except orjson.JSONDecodeError:
         answer = None
-    tokens = answer.get("input_tokens") if isinstance(answer, dict) else None
+    key = "totalTokens" if provider.protocol == GEMINI else "input_tokens"
+    tokens = answer.get(key) if isinstance(answer, dict) else None
     if type(tokens) is not int or tokens < 0:
-        raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a token count without input_tokens")
+        raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a token count without {key}")
     return tokens
 
 

@@ -9,6 +9,7 @@ protocol expects (docs/errors.md). In-stream errors come from the stream.encode 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Any, Mapping
 
@@ -51,7 +52,7 @@ def _lookup(name: str, status: int, tables: Mapping | None) -> str:
 
 def family(protocol: str) -> str:
     if protocol == GEMINI:
-        return "google"
+        return "gemini"
     return "anthropic" if protocol == ANTHROPIC else "openai"
 
 
@@ -209,9 +210,21 @@ def upstream_error(
         body = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         body = None
+    kept = preserved_headers(headers)
+    if provider_protocol == GEMINI and isinstance(body, list) and body and isinstance(body[0], dict):
+        body = body[0]  # a stream request's error can come as a one-element JSON array
     if isinstance(body, dict):
         err = body.get("error")
-        if isinstance(err, dict):
+        if isinstance(err, dict) and provider_protocol == GEMINI:
+            # {"error": {"code": 429, "message", "status": "RESOURCE_EXHAUSTED", "details"}}: the
+            # status name is the type; the numeric code is the HTTP status already.
+            message = err.get("message")
+            err_type = err.get("status")
+            if "retry-after" not in kept:
+                delay = _gemini_retry_delay(err.get("details"))
+                if delay is not None:
+                    kept["retry-after"] = delay
+        elif isinstance(err, dict):
             message = err.get("message")
             err_type = err.get("type")
             code = err.get("code")
@@ -231,5 +244,19 @@ def upstream_error(
         param=param if isinstance(param, str) else None,
         error_type=err_type if isinstance(err_type, str) else None,
         type_family=family(provider_protocol),
-        headers=preserved_headers(headers),
+        headers=kept,
     )
+
+
+_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
+
+
+def _gemini_retry_delay(details: Any) -> str | None:
+    """Google's RetryInfo detail (`retryDelay: "37s"`) as a Retry-After value in whole
+    seconds: what every client SDK reads before retrying a 429."""
+    for detail in details if isinstance(details, list) else ():
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            match = _DELAY.match(str(detail.get("retryDelay", "")))
+            if match:
+                return str(max(1, math.ceil(float(match.group(1)))))
+    return None

@@ -17,12 +17,14 @@ from typing import Any, ContextManager, Iterator, Mapping
 
 import orjson
 
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 
 log = logging.getLogger("proxai")
 
 # gen_ai.system and gen_ai.operation.name per provider protocol.
-SYSTEMS = {CHAT: ("openai", "chat"), RESPONSES: ("openai", "chat"), ANTHROPIC: ("anthropic", "chat")}
+# gen_ai.system values of the OpenTelemetry GenAI conventions.
+SYSTEMS = {CHAT: ("openai", "chat"), RESPONSES: ("openai", "chat"), ANTHROPIC: ("anthropic", "chat"),
+           GEMINI: ("gcp.gemini", "chat")}
 
 
 _NULL = contextlib.nullcontext()  # reusable: the no-op costs no allocation per request
@@ -77,6 +79,8 @@ def _finish_reasons(protocol: str, body: Any) -> list[str]:
         return [c["finish_reason"] for c in body.get("choices") or [] if isinstance(c, dict) and c.get("finish_reason")]
     if protocol == ANTHROPIC:
         return [body["stop_reason"]] if isinstance(body.get("stop_reason"), str) else []
+    if protocol == GEMINI:
+        return [c["finishReason"] for c in body.get("candidates") or [] if isinstance(c, dict) and c.get("finishReason")]
     status = body.get("status")
     reason = (body.get("incomplete_details") or {}).get("reason") if isinstance(body.get("incomplete_details"), dict) else None
     return [f"{status}:{reason}" if reason else status] if isinstance(status, str) else []
@@ -89,7 +93,7 @@ def _response_model(body: Any) -> str | None:
         except orjson.JSONDecodeError:
             return None
     if isinstance(body, dict):
-        model = body.get("model")
+        model = body.get("model", body.get("modelVersion"))  # Gemini: modelVersion
         if isinstance(model, str):
             return model
         response = body.get("response")

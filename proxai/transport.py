@@ -18,6 +18,7 @@ from typing import Mapping
 
 import aiohttp
 import yarl
+from urllib.parse import quote
 
 from proxai.config import ProviderConfig
 from proxai.errors import (
@@ -29,6 +30,18 @@ log = logging.getLogger("proxai.transport")
 USER_AGENT = "proxai/0.1"
 
 _PATHS = {CHAT: "/chat/completions", RESPONSES: "/responses", ANTHROPIC: "/v1/messages", GEMINI: "/v1beta/models"}
+
+
+def generate_target(provider: ProviderConfig, model: str | None, stream: bool) -> tuple[str, str]:
+    """(suffix, query) of a generation request: Gemini names the model and the
+    streaming method in the path (`/{model}:streamGenerateContent?alt=sse`), the
+    others take both in the body."""
+    if provider.protocol != GEMINI:
+        return "", ""
+    name = (model or "").removeprefix("models/")
+    # The model is one path segment: anything that could leave it is escaped.
+    name = quote(name, safe="-._~@")
+    return (f"/{name}:streamGenerateContent", "alt=sse") if stream else (f"/{name}:generateContent", "")
 
 
 def upstream_url(provider: ProviderConfig, suffix: str = "", query: str = "") -> str:
@@ -47,7 +60,9 @@ def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str]
         "Accept": "text/event-stream" if stream else "application/json",
         "User-Agent": USER_AGENT,
     }
-    if provider.protocol == ANTHROPIC:
+    if provider.protocol == GEMINI:
+        headers["x-goog-api-key"] = provider.api_key
+    elif provider.protocol == ANTHROPIC:
         if provider.auth == "bearer":
             headers["Authorization"] = f"Bearer {provider.api_key}"
         else:

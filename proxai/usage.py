@@ -36,9 +36,10 @@ def normalise(protocol: str, usage: Any) -> Usage | None:
         read, write = _int(usage.get("cache_read_input_tokens")), _int(usage.get("cache_creation_input_tokens"))
         return {"input_tokens": _int(usage.get("input_tokens")) + read + write, "output_tokens": _int(usage.get("output_tokens")),
                 "cache_read_tokens": read, "cache_write_tokens": write}
-    if protocol == GEMINI:  # usageMetadata: promptTokenCount includes the cached part
-        output = _int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount"))
-        return {"input_tokens": _int(usage.get("promptTokenCount")), "output_tokens": output,
+    if protocol == GEMINI:
+        # usageMetadata: promptTokenCount includes the cached tokens; thoughts are counted apart.
+        return {"input_tokens": _int(usage.get("promptTokenCount")),
+                "output_tokens": _int(usage.get("candidatesTokenCount")) + _int(usage.get("thoughtsTokenCount")),
                 "cache_read_tokens": _int(usage.get("cachedContentTokenCount")), "cache_write_tokens": 0}
     if protocol == CANONICAL_IR:
         return {"input_tokens": _int(usage.get("input_tokens")), "output_tokens": _int(usage.get("output_tokens")),

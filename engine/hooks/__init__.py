@@ -10,7 +10,7 @@ stream, built with the request context); a stream file declares one under ``stat
 as ``name: {object: registered.name}`` and calls its methods as hooks ``name.method``.
 """
 from . import (
-    anthropic, anthropic_stream, caching, chat, chat_stream, common, continuation, fit, gemini_client, responses,
+    anthropic, anthropic_stream, caching, chat, chat_stream, common, continuation, fit, gemini, gemini_client, responses,
     responses_stream,
 )
 
@@ -24,6 +24,7 @@ HOOKS = {
     **caching.HOOKS,
     **fit.HOOKS,
     **gemini_client.HOOKS,
+    **gemini.HOOKS,
 }
 
 OBJECTS = {
@@ -31,4 +32,5 @@ OBJECTS = {
     **anthropic_stream.OBJECTS,
     **responses_stream.OBJECTS,
     **gemini_client.OBJECTS,
+    **gemini.OBJECTS,
 }

@@ -26,7 +26,7 @@ from ..errors import InvalidRequest
 # Providers with no free-form tool type: a custom tool goes out as a function whose one
 # string parameter carries the free-form input. Chat servers other than OpenAI's have
 # no custom tools, so Chat providers get the function form too.
-FUNCTION_FOR_CUSTOM = frozenset({"anthropic_messages", "openai_chat_completions"})
+FUNCTION_FOR_CUSTOM = frozenset({"anthropic_messages", "openai_chat_completions", "gemini_generate_content"})
 CUSTOM_INPUT = "input"
 # The shortest tool-name limit of the three protocols (Chat: 64 characters).
 MAX_NAME = 64

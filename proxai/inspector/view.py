@@ -15,7 +15,7 @@ import orjson
 
 import engine
 from proxai import capture, usage
-from proxai.errors import ANTHROPIC, CHAT, RESPONSES
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.inspector.record import ON_DISK, Entry
 from proxai.sse import SSEParser
 from proxai.streaming import Outcome
@@ -102,6 +102,8 @@ def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captur
 
 
 def protocol_of(path: str) -> str | None:
+    if path.endswith((":generateContent", ":streamGenerateContent")):  # Gemini: /v1beta/models/{model}:{method}
+        return GEMINI
     for suffix, protocol in PROTOCOL_PATHS:
         if path.endswith(suffix):
             return protocol

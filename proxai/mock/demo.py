@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 
-from .replies import ANTHROPIC, CHAT, RESPONSES, Error
+from .replies import ANTHROPIC, CHAT, GEMINI, RESPONSES, Error
 from .turn import Reasoning, Refusal, Text, ToolCall, Turn, Usage
 
 NAMES = {
     CHAT: "OpenAI Chat Completions",
     RESPONSES: "OpenAI Responses",
     ANTHROPIC: "Anthropic Messages",
+    GEMINI: "Gemini generateContent",
 }
 
 WEATHER = {"city": "Paris", "temperature_c": 18, "conditions": "sunny"}
@@ -33,7 +34,15 @@ def _text_of(content) -> str:
     return ""
 
 
+def _gemini_contents(body: dict) -> list:
+    return [c for c in body.get("contents") or [] if isinstance(c, dict)]
+
+
 def last_user_text(protocol: str, body: dict) -> str:
+    if protocol == GEMINI:
+        users = [c for c in _gemini_contents(body) if c.get("role", "user") == "user"]
+        parts = users[-1].get("parts") if users else None
+        return " ".join(p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)).strip()
     if protocol == RESPONSES:
         items = body.get("input")
         if isinstance(items, str):
@@ -46,6 +55,14 @@ def last_user_text(protocol: str, body: dict) -> str:
 
 def tool_result(protocol: str, body: dict) -> str | None:
     """The output of the tool call the conversation ends with, if it ends with one."""
+    if protocol == GEMINI:
+        contents = _gemini_contents(body)
+        for part in (contents[-1].get("parts") or []) if contents else []:
+            response = part.get("functionResponse") if isinstance(part, dict) else None
+            if isinstance(response, dict):
+                out = (response.get("response") or {}).get("output", response.get("response"))
+                return out if isinstance(out, str) else json.dumps(out)
+        return None
     if protocol == RESPONSES:
         items = body.get("input")
         last = items[-1] if isinstance(items, list) and items else None
@@ -117,7 +134,8 @@ def refusal(protocol: str, body: dict) -> Turn:
 
 def length(protocol: str, body: dict) -> Turn:
     text = "This answer is cut short because it reached the output token"
-    return _text_turn(text, stop={CHAT: "length", ANTHROPIC: "max_tokens", RESPONSES: "incomplete:max_output_tokens"})
+    return _text_turn(text, stop={CHAT: "length", ANTHROPIC: "max_tokens", RESPONSES: "incomplete:max_output_tokens",
+                                  GEMINI: "MAX_TOKENS"})
 
 
 def slow(protocol: str, body: dict) -> Turn:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 CHAT = "openai_chat_completions"
 RESPONSES = "openai_responses"
 ANTHROPIC = "anthropic_messages"
+GEMINI = "gemini_generate_content"
 
 NATIVE = object()  # Error body default: the protocol's own error shape
 
@@ -86,9 +87,26 @@ _OPENAI_TYPES = {
 }
 
 
+# google.rpc.Code names by HTTP status, as the Gemini API reports them.
+_GEMINI_STATUSES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+
+
 def native_error_body(protocol: str, status: int, message: str | None = None) -> dict:
     """The body a real upstream of `protocol` sends with an HTTP error status."""
     message = message or f"mock upstream error {status}"
+    if protocol == GEMINI:
+        return {"error": {"code": status, "message": message, "status": _GEMINI_STATUSES.get(status, "UNKNOWN")}}
     if protocol == ANTHROPIC:
         kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
         return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_mock"}

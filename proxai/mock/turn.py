@@ -11,6 +11,7 @@ from proxai.mock.replies import Delivery
 class Text:
     text: str
     chunks: list[str] | None = None  # how the text is split into stream deltas
+    thought_signature: str | None = None  # Gemini: a signature on this part
 
 
 @dataclass
@@ -22,6 +23,7 @@ class ToolCall:
     # Responses only: a free-form `custom_tool_call`, and the namespace of a namespaced tool.
     custom: bool = False
     namespace: str | None = None
+    thought_signature: str | None = None  # Gemini: a signature on this part (an empty id: none sent)
 
 
 @dataclass

@@ -1,10 +1,11 @@
-"""In-process mock upstreams for the three protocols: a scripted FIFO of replies, and a record of
+"""In-process mock upstreams for the four protocols: a scripted FIFO of replies, and a record of
 every request received. With an empty queue each endpoint answers with the demo reply."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections import deque
@@ -13,14 +14,16 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from . import demo, render_anthropic, render_chat, render_responses
-from .replies import ANTHROPIC, CHAT, NATIVE, RESPONSES, Error, Hang, Json, Stream, encode_event, native_error_body
+from . import demo, render_anthropic, render_chat, render_gemini, render_responses
+from .replies import ANTHROPIC, CHAT, GEMINI, NATIVE, RESPONSES, Error, Hang, Json, Stream, encode_event, native_error_body
 from .turn import Turn
 
 PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
 # Token counting: with an empty queue the answer counts one token per 4 bytes of the body.
 COUNT_PATHS = {"/v1/messages/count_tokens": ANTHROPIC, "/v1/responses/input_tokens": RESPONSES}
-RENDERERS = {CHAT: render_chat, RESPONSES: render_responses, ANTHROPIC: render_anthropic}
+RENDERERS = {CHAT: render_chat, RESPONSES: render_responses, ANTHROPIC: render_anthropic, GEMINI: render_gemini}
+# Gemini names the model and the method in the path: /v1beta/models/{model}:{method}.
+GEMINI_PATH = re.compile(r"^/v1(?:beta)?/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
 SSE_TYPE = "text/event-stream; charset=utf-8"
 
 
@@ -41,6 +44,8 @@ def protocol_for_path(path: str) -> str:
         return PATHS[path]
     if path in COUNT_PATHS:
         return COUNT_PATHS[path]
+    if path.startswith(("/v1beta/", "/v1/models/")):
+        return GEMINI
     if path.rstrip("/").endswith("messages"):
         return ANTHROPIC
     if "responses" in path:
@@ -55,8 +60,19 @@ def render(protocol: str, turn: Turn, request: dict):
     return renderer.events(turn, request) if request.get("stream") else renderer.body(turn, request)
 
 
+def gemini_request(path: str, body: dict | None) -> tuple[str, dict] | None:
+    """(method, the body as the renderers and demo replies read it: model and stream
+    from the path) for a Gemini path, else None."""
+    match = GEMINI_PATH.match(path)
+    if match is None:
+        return None
+    model, method = match.groups()
+    return method, {**(body or {}), "model": model, "stream": method == "streamGenerateContent"}
+
+
 class MockUpstream:
-    """Serves POST /v1/chat/completions, /v1/responses and /v1/messages on `app`.
+    """Serves POST /v1/chat/completions, /v1/responses, /v1/messages and Gemini's
+    /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens on `app`.
 
     `enqueue` scripts replies (Json, Error, Stream, Hang, or a Turn rendered in the protocol of
     the path hit, streaming when the request's "stream" is true); `responder`, when set, answers
@@ -145,6 +161,23 @@ class MockUpstream:
             query=request.rel_url.raw_query_string,
         )
         self.requests.append(record)
+        gemini = gemini_request(path, record.body) if protocol == GEMINI else None
+        if gemini is not None and request.method == "POST":
+            method, shaped = gemini
+            if method == "countTokens":
+                reply = self._queue.popleft() if self._queue else Json({"totalTokens": max(1, len(raw) // 4)})
+            elif self._queue:
+                reply = self._queue.popleft()
+            elif self.responder is not None:
+                reply = self.responder
+            else:
+                reply = demo.demo_reply(protocol, shaped)
+            if callable(reply):
+                reply = reply(record)
+            if shaped["stream"] and "alt=sse" not in record.query.split("&") and isinstance(reply, Turn):
+                # Without alt=sse Gemini streams one JSON array of the chunks.
+                return _json(200, [chunk for _, chunk in render_gemini.events(reply, shaped)])
+            return await self._answer(request, protocol, shaped, reply)
         if path in COUNT_PATHS and request.method == "POST":
             reply = self._queue.popleft() if self._queue else Json(demo.token_count(protocol, raw))
             if callable(reply):
