@@ -13,7 +13,7 @@ from pathlib import Path
 from .context import DEFAULT_MAX_TOKENS, Context
 from .errors import InvalidRequest, ProxaiError, RuleError, TranslationError, UpstreamProtocolError
 from .codec import Codec
-from .ruleset import BUILTIN_RULES, build_tables, read_dirs
+from .ruleset import load_rules
 from .stream import StreamRules, StreamTranslator
 from .template import Compiler
 from .toolcalls import restore_response
@@ -32,24 +32,10 @@ class Engine:
 
     @classmethod
     def load(cls, override_dir: str | Path | None = None, builtin_dir: str | Path | None = None) -> "Engine":
-        from .hooks import HOOKS
-
-        dirs = [Path(builtin_dir) if builtin_dir else BUILTIN_RULES]
-        if override_dir:
-            dirs.append(Path(override_dir))
-        layered, problems = read_dirs(dirs)
+        rules, problems = load_rules(override_dir, builtin_dir)
         if problems:
             raise problems[0]
-        tables = build_tables(layered)
-        codecs, streams = {}, {}
-        for (kind, protocol), (doc, file) in layered.codecs.items():
-            compiler = Compiler(file, HOOKS, tables, doc.get("templates") or {})
-            if kind.startswith("stream."):
-                streams[(kind, protocol)] = StreamRules(doc, compiler)
-            else:
-                codecs[(kind, protocol)] = Codec(doc, compiler)
-        enums = {name: values for name, (values, _, _) in layered.enums.items()}
-        return cls(codecs, streams, tables, enums)
+        return cls(rules.codecs, rules.streams, rules.tables, rules.enums)
 
     def _codec(self, kind: str, protocol: str) -> Codec:
         codec = self.codecs.get((kind, protocol))

@@ -153,7 +153,15 @@ def build_tables(layered: Layered) -> dict[str, Table]:
     return tables
 
 
-def read_dirs(dirs: list[Path]) -> tuple[Layered, list[RuleError]]:
+#: Built-in rule files of these kinds may still use v1 idioms (they are compiled as
+#: before); every other file, and every file of a rules_dir, must be v2.
+#: tests/test_registry.py fails once these files no longer need it.
+V1_TOLERATED_KINDS = frozenset({"stream.decode", "stream.encode"})
+
+
+def read_dirs(dirs: list[Path], sources: list | None = None) -> tuple[Layered, list[RuleError]]:
+    """Read and layer ``dirs`` in order; files with problems are left out (and reported).
+    ``sources``, when given, receives every file read, with the directory it came from."""
     layered, problems = Layered(), []
     for directory in dirs:
         directory = Path(directory)
@@ -166,5 +174,78 @@ def read_dirs(dirs: list[Path]) -> tuple[Layered, list[RuleError]]:
             problems.extend(errs)
             if src is not None and not errs:
                 files.append(src)
+                if sources is not None:
+                    sources.append((directory, src))
         layer(files, layered)
     return layered, problems
+
+
+@dataclass
+class Rules:
+    """Everything the engine runs, compiled: codecs and streams by (kind, protocol)."""
+    codecs: dict
+    streams: dict
+    tables: dict
+    enums: dict
+
+
+def rule_dirs(override_dir=None, builtin_dir=None) -> list[Path]:
+    """The layers the server loads: the built-in rules, then ``rules_dir`` if any."""
+    builtin = Path(builtin_dir) if builtin_dir else BUILTIN_RULES
+    dirs = [builtin]
+    if override_dir and Path(override_dir).resolve() != builtin.resolve():
+        dirs.append(Path(override_dir))
+    return dirs
+
+
+def load_rules(override_dir=None, builtin_dir=None, found: list | None = None) -> tuple[Rules, list[RuleError]]:
+    """Read, check and compile the rules as the server runs them; returns the rules
+    and every problem found, in file order (the server refuses to start on the first,
+    ``proxai lint`` prints them all). ``found`` collects v1 idioms (see the migration)."""
+    from . import checks
+    from .codec import Codec
+    from .hooks import HOOKS
+    from .stream import StreamRules
+    from .template import Compiler
+
+    dirs = rule_dirs(override_dir, builtin_dir)
+    sources: list = []
+    layered, problems = read_dirs(dirs, sources)
+    legacy = {src.path for directory, src in sources
+              if directory == dirs[0] and src.doc.get("kind") in V1_TOLERATED_KINDS}
+    tables = build_tables(layered)
+    ctx = checks.CheckContext(HOOKS, {n: d for n, (d, _) in layered.tables.items()}, tables,
+                              {n: v for n, (v, _, _) in layered.enums.items()}, checks.ir_event_fields(SCHEMAS), legacy)
+    for _, src in sources:
+        for check in checks.CHECKS:
+            try:
+                problems.extend(RuleError(problem, src.path, line) for line, problem in check(ctx, src.doc))
+            except (KeyError, TypeError, AttributeError):
+                continue  # a shape the schema check reported
+    codecs, streams = {}, {}
+    for (kind, protocol), (doc, file) in layered.codecs.items():
+        compiler = Compiler(file, HOOKS, tables, doc.get("templates") or {}, legacy=legacy, found=found)
+        try:
+            if kind.startswith("stream."):
+                streams[(kind, protocol)] = StreamRules(doc, compiler)
+            else:
+                codecs[(kind, protocol)] = Codec(doc, compiler)
+        except RuleError as err:
+            problems.append(err)
+    enums = {name: values for name, (values, _, _) in layered.enums.items()}
+    return Rules(codecs, streams, tables, enums), _unique(problems)
+
+
+def _unique(problems: list) -> list:
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
+
+
+def load_layers(directory: Path, found: list | None = None):
+    """`load_rules` for one directory as ``proxai lint`` and the migration see it: an
+    override over the built-in rules, or the built-in rules themselves."""
+    return load_rules(directory, found=found)
