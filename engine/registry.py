@@ -138,30 +138,43 @@ def v1_literal(text: str) -> V1Idiom | None:
     return None
 
 
-def construct_of(compiler: Compiler, node: dict) -> Construct:
-    """The registry entry of a construct node, after checking the node's keys and shapes."""
+def construct_problem(node: dict):
+    """What is wrong with a construct node, as ``(problem, key)``, or None. The compiler
+    raises it; the loader words a schema error inside a template with it."""
     keys = [k for k in node if isinstance(k, str) and k.startswith("$")]
+    if not keys:
+        return None
     name = next((k for k in keys if k in CONSTRUCTS), None)
     if name is None:
-        retired = next((k for k in keys if k in RETIRED), None)
-        if retired is None:
-            raise compiler.error(node, f"unknown construct {keys[0]!r} (known: {', '.join(sorted(CONSTRUCTS))})", keys[0])
-        from .constructs import compile_fail  # noqa: F401  (the v2 construct the retired ones map to)
-        compiler.v1(node, retired, V1Idiom(retired, None, "$fail", RETIRED[retired].partition("(")[2].rstrip(")")))
-        return _retired(retired)
+        if any(k in RETIRED for k in keys):
+            return None
+        return f"unknown construct {keys[0]!r} (known: {', '.join(sorted(CONSTRUCTS))})", keys[0]
     entry = CONSTRUCTS[name]
     extra = [k for k in node if k != name and k not in entry.options]
     if extra:
-        raise compiler.error(node, f"{name} does not take {', '.join(map(str, extra))}", extra[0])
+        return f"{name} does not take {', '.join(map(str, extra))}", extra[0]
     for key in (name, *entry.options):
         if key in node:
             kind = entry.holds if key == name else entry.options[key]
             want = _PYTHON_TYPES.get(kind)
             if want is not None and node[key] is not None and not isinstance(node[key], want):
-                raise compiler.error(node, f"{key} takes {_KIND_WORDS[kind]}, not {type(node[key]).__name__}", key)
+                return f"{key} takes {_KIND_WORDS[kind]}, not {type(node[key]).__name__}", key
+    return None
+
+
+def construct_of(compiler: Compiler, node: dict) -> Construct:
+    """The registry entry of a construct node, after checking the node's keys and shapes."""
+    problem = construct_problem(node)
+    if problem is not None:
+        raise compiler.error(node, *problem)
+    name = next((k for k in node if k in CONSTRUCTS), None)
+    if name is None:
+        retired = next(k for k in node if k in RETIRED)
+        compiler.v1(node, retired, V1Idiom(retired, None, "$fail", RETIRED[retired].partition("(")[2].rstrip(")")))
+        return _retired(retired)
     if name == "$hook" and node["$hook"] in RETIRED_HOOKS:
         compiler.v1(node, "$hook", V1Idiom(node["$hook"], None, RETIRED_HOOKS[node["$hook"]].removeprefix("write ")))
-    return entry
+    return CONSTRUCTS[name]
 
 
 _KIND_WORDS = {"templates": "a list of templates", "cases": "a mapping of cases", "bindings": "a mapping of names to templates",
@@ -186,26 +199,24 @@ def hook(name: str):
     return HOOKS.get(name)
 
 
-# --- the template part of the rule schema -------------------------------------------
+# --- the template schema --------------------------------------------------------------
+
+TEMPLATE_SCHEMA_ID = "https://proxai.dev/schemas/templates.schema.json"
 
 
 def template_schema() -> dict:
-    """``$defs`` entries of schemas/rules.schema.json for templates, generated from CONSTRUCTS."""
+    """schemas/templates.schema.json: the template language, generated from CONSTRUCTS
+    (``proxai lint --write-schema``); rules.schema.json refers to it for every template."""
     names = sorted(CONSTRUCTS)
+    # Keywords that apply to one JSON type only, so that no branch is evaluated twice:
+    # items (lists), patternProperties (an object's plain keys), dependentSchemas (a construct).
     defs: dict = {
         "template": {
             "description": "a selector string, a number, boolean or null, an object or list of templates, or a $construct",
-            "if": {"type": "object"},
-            "then": {"$ref": "#/$defs/templateObject"},
-            "else": {"if": {"type": "array"}, "then": {"items": {"$ref": "#/$defs/template"}}},
-        },
-        "templateObject": {
-            "description": "an object to build, or a construct (its first $ key names it)",
-            "allOf": [
-                {"if": {"propertyNames": {"not": {"pattern": "^\\$"}}},
-                 "then": {"additionalProperties": {"$ref": "#/$defs/template"}}},
-                *({"if": {"required": [name]}, "then": {"$ref": f"#/$defs/construct{name}"}} for name in names),
-            ],
+            "items": {"$ref": "#/$defs/template"},
+            "patternProperties": {"^[^$]": {"$ref": "#/$defs/template"}},
+            "dependentSchemas": {name: {"$ref": f"#/$defs/construct{name}"} for name in names},
+            "propertyNames": {"if": {"pattern": "^\\$"}, "then": {"enum": sorted({k for e in CONSTRUCTS.values() for k in (e.name, *e.options)} | set(RETIRED) | {"$param"})}},
         },
     }
     for name in names:
@@ -213,4 +224,11 @@ def template_schema() -> dict:
         props = {name: KINDS[entry.holds], **{k: KINDS[v] for k, v in entry.options.items()}}
         defs[f"construct{name}"] = {"description": entry.summary, "type": "object",
                                     "properties": props, "additionalProperties": False}
-    return defs
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": TEMPLATE_SCHEMA_ID,
+        "title": "ProxAI rule template",
+        "description": "Generated from engine/registry.py by `proxai lint --write-schema`; do not edit.",
+        "$ref": "#/$defs/template",
+        "$defs": defs,
+    }

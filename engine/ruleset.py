@@ -2,6 +2,7 @@
 layer an override directory on top of the built-in rules, compile once."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -37,6 +38,10 @@ def rules_validator():
     global _validator
     if _validator is None:
         schema = json.loads((SCHEMAS / "rules.schema.json").read_text())
+        # The template language (generated from the construct registry) joins the
+        # rule schema's definitions: one resource, so no cross-file reference lookups.
+        templates = json.loads((SCHEMAS / "templates.schema.json").read_text())
+        schema["$defs"] = {**schema["$defs"], **templates["$defs"]}
         _validator = jsonschema.Draft202012Validator(schema)
     return _validator
 
@@ -73,7 +78,8 @@ def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
     """Parse and schema-check one file; returns the file and its problems."""
     name = display_path(path)
     try:
-        doc, duplicates = yamlsrc.load(path.read_text(encoding="utf-8"), name)
+        text = path.read_text(encoding="utf-8")
+        doc, duplicates = yamlsrc.load(text, name)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         return None, [RuleError(f"YAML syntax: {getattr(err, 'problem', err)}", name, mark.line + 1 if mark else None)]
@@ -82,10 +88,50 @@ def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
     problems = [RuleError(f"duplicate key {key!r}", name, line) for line, key in duplicates]
     if not isinstance(doc, dict):
         return None, problems + [RuleError("a rule file is a YAML mapping", name, 1)]
-    for err in sorted(rules_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+    for err in sorted(_schema_errors(text, doc), key=lambda e: list(map(str, e.absolute_path))):
+        worded = _construct_problem(doc, err.absolute_path)
+        if worded is not None:
+            problems.append(worded)
+            continue
         where = "/".join(map(str, err.absolute_path)) or "(top)"
         problems.append(RuleError(f"{where}: {err.message}", name, _node_line(doc, err.absolute_path)))
-    return SourceFile(name, doc, duplicates), problems
+    return SourceFile(name, doc, duplicates), _unique(problems)
+
+
+_verdicts: dict = {}
+
+
+def _schema_errors(text: str, doc) -> list:
+    """Schema errors of a rule file; a file already found valid in this process (the
+    built-in rules, loaded by every Engine) is not validated again."""
+    key = hashlib.sha256(text.encode()).digest()
+    if key in _verdicts:
+        return []
+    errors = list(rules_validator().iter_errors(doc))
+    if not errors:
+        _verdicts[key] = True
+    return errors
+
+
+def _construct_problem(doc, path) -> RuleError | None:
+    """A schema error inside a template, worded as the compiler words it (the nearest
+    construct node on the error's path that the registry finds a problem with)."""
+    from .registry import construct_problem
+
+    nodes, node = [doc], doc
+    for step in path:
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            break
+        nodes.append(node)
+    for node in reversed(nodes):
+        if isinstance(node, yamlsrc.Located):
+            problem = construct_problem(node)
+            if problem is not None:
+                message, key = problem
+                return RuleError(message, node.file, node.key_lines.get(key, node.line))
+    return None
 
 
 def rule_files(directory: Path) -> list[Path]:
