@@ -85,6 +85,9 @@ class Compiler:
         self.found = found
         self.observe = observe
         self.depth = 0
+        from . import registry  # the registry's constructs build on this module's classes
+
+        self.registry = registry
 
     def where(self, node, key=None) -> str:
         if isinstance(node, (Located, LocatedList)):
@@ -110,14 +113,14 @@ class Compiler:
             if self.observe is not None:
                 self.observe(node, self.where(parent, key), self.depth)
             if parent is not None:
-                idiom = registry.v1_literal(node)
+                idiom = self.registry.v1_literal(node)
                 if idiom is not None:
                     self.v1(parent, key, idiom)
             return _expr.compile_expr(node, self.where(parent, key) if parent is not None else f"{self.file}:0")
         if isinstance(node, dict):
             if not any(isinstance(k, str) and k.startswith("$") for k in node):
                 return self._object(node)
-            construct = registry.construct_of(self, node)
+            construct = self.registry.construct_of(self, node)
             fn = construct.compile(self, node)
             # Only constructs that can fail get the (cheap, but per-call) error wrapper;
             # failures inside the others surface at the nearest wrapped one.
@@ -136,7 +139,7 @@ class Compiler:
             k = repr(key)
             if isinstance(value, str) and self.observe is not None:
                 self.observe(value, self.where(node, key), self.depth)
-            idiom = registry.v1_literal(value) if isinstance(value, str) else None
+            idiom = self.registry.v1_literal(value) if isinstance(value, str) else None
             if idiom is not None:
                 self.v1(node, key, idiom)
                 value = None if idiom.value is None else {"$lit": idiom.value}
@@ -209,5 +212,3 @@ class _Miss:
 
 
 _MISS = _Miss()
-
-from . import registry  # noqa: E402  (the registry's constructs build on the classes above)
