@@ -244,10 +244,11 @@ def rule_dirs(override_dir=None, builtin_dir=None) -> list[Path]:
     return dirs
 
 
-def load_rules(override_dir=None, builtin_dir=None, found: list | None = None) -> tuple[Rules, list[RuleError]]:
+def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, observe=None) -> tuple[Rules, list[RuleError]]:
     """Read, check and compile the rules as the server runs them; returns the rules
     and every problem found, in file order (the server refuses to start on the first,
-    ``proxai lint`` prints them all). ``found`` collects v1 idioms (see the migration)."""
+    ``proxai lint`` prints them all). ``found`` collects v1 idioms (see the migration);
+    ``observe(selector, where, depth)`` sees every selector compiled."""
     from . import checks
     from .codec import Codec
     from .hooks import HOOKS
@@ -270,7 +271,7 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None) -
                 continue  # a shape the schema check reported
     codecs, streams = {}, {}
     for (kind, protocol), (doc, file) in layered.codecs.items():
-        compiler = Compiler(file, HOOKS, tables, doc.get("templates") or {}, legacy=legacy, found=found)
+        compiler = Compiler(file, HOOKS, tables, doc.get("templates") or {}, legacy=legacy, found=found, observe=observe)
         try:
             if kind.startswith("stream."):
                 streams[(kind, protocol)] = StreamRules(doc, compiler)

@@ -9,13 +9,13 @@ import typing
 
 import jmespath.parser
 import pytest
-import yaml
 from anthropic.types import message_create_params as anthropic_params
 from anthropic.types.beta import message_create_params as anthropic_beta_params
 from openai.types.chat import completion_create_params as chat_params
 from openai.types.responses import response_create_params as responses_params
 
 import engine
+from engine import yamlsrc
 from engine.ruleset import BUILTIN_RULES
 
 SDK_REQUEST_TYPES = {
@@ -48,7 +48,8 @@ def sdk_fields(protocol: str) -> set[str]:
 
 
 def decoder(protocol: str) -> dict:
-    return yaml.safe_load((BUILTIN_RULES / protocol / "request.decode.yaml").read_text())
+    path = BUILTIN_RULES / protocol / "request.decode.yaml"
+    return yamlsrc.load(path.read_text(encoding="utf-8"), str(path))[0]
 
 
 def _roots(ast: dict) -> set[str]:
@@ -98,7 +99,7 @@ def read_fields(doc: dict) -> set[str]:
                 return set()
             seen_refs.add(name)
             return walk(templates[name])
-        if "$lit" in node or "$reject" in node or "$error" in node:
+        if "$lit" in node or "$fail" in node:
             return set()
         return set().union(set(), *(walk(v) for k, v in node.items() if k not in _NOT_TEMPLATES))
 
