@@ -49,6 +49,27 @@ def _transitions(doc):
         yield None, t
 
 
+def _step_values(t):
+    """(template, parent, key) of a transition's ``when`` and actions: v1 keys side by
+    side (``do``/``set``/``emit``), or v2 ``steps`` of one action each."""
+    if not isinstance(t, dict):
+        return
+    for key, value in t.items():
+        if key in ("when", "do", "set", "emit"):
+            yield value, t, key
+    for step in t.get("steps") or []:
+        if isinstance(step, dict):
+            for key, value in step.items():
+                if key != "error":
+                    yield value, step, key
+
+
+def _emitted(t):
+    for value, _, key in _step_values(t):
+        if key == "emit":
+            yield from (value if isinstance(value, list) else [value])
+
+
 def _root_fields(ast) -> set:
     kind = ast.get("type")
     if kind == "field":
@@ -123,11 +144,9 @@ def check_event_fields(ctx: CheckContext, doc):
             seen: list = []
             compiler = Compiler(doc.file, ctx.hooks, ctx.built, doc.get("templates") or {}, legacy=True,
                                 observe=lambda sel, where, depth: seen.append((sel, where)) if depth == 0 else None)
-            for key, value in t.items():
-                if key == "error":
-                    continue
+            for value, parent, key in _step_values(t):
                 try:
-                    compiler.compile(value, t, key)
+                    compiler.compile(value, parent, key)
                 except RuleError:
                     continue  # the compile pass reports it
             for selector, where in seen:
@@ -142,7 +161,7 @@ def check_event_fields(ctx: CheckContext, doc):
                     yield line, f"IR event {event!r} has no field {name!r}"
     elif kind == "stream.decode":
         for _, t in _transitions(doc):
-            for item in t.get("emit") or []:
+            for item in _emitted(t):
                 if not isinstance(item, dict):
                     continue
                 name = _literal(item.get("type"))

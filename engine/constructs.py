@@ -7,7 +7,7 @@ its function is called.
 from __future__ import annotations
 
 from . import expr as _expr
-from .template import _MISS, NULL, Compiler, Fn, Scope
+from .template import _MISS, NULL, Compiler, Fn, Scope, template_params
 
 
 def compile_nullable(c: Compiler, node) -> Fn:
@@ -190,13 +190,32 @@ def compile_ref(c: Compiler, node) -> Fn:
     name = node["$ref"]
     if name not in c.named_src:
         raise c.error(node, f"unknown template {name!r}", "$ref")
+    params, _ = template_params(c.named_src[name])
+    given = node.get("$args") or {}
+    unknown = [k for k in given if k not in (params or ())]
+    if unknown:
+        declared = f"its params are {', '.join(params)}" if params else "it declares no params"
+        raise c.error(node, f"template {name!r} has no parameter {unknown[0]!r} ({declared})", "$args")
+    args = [(k, c.compile(v, given, k)) for k, v in given.items()]
     cell: list = []
 
-    def run(scope):
+    if params is None:
+        def run(scope):
+            if not cell:
+                cell.append(c.ref(name))
+            return cell[0](scope)
+        return run
+
+    def run_with(scope):
         if not cell:
             cell.append(c.ref(name))
-        return cell[0](scope)
-    return run
+        bound = dict(scope.vars)
+        for p in params:
+            bound[p] = None
+        for k, fn in args:
+            bound[k] = fn(scope)
+        return cell[0](Scope(scope.cur, bound, scope.path, scope.ctx, scope.run))
+    return run_with
 
 
 def compile_merge(c: Compiler, node) -> Fn:

@@ -179,8 +179,17 @@ class Compiler:
         """The compiled named template; compiled once (``$ref`` resolves lazily, so recursion is fine)."""
         fn = self.named.get(name)
         if fn is None:
-            fn = self.named[name] = self.compile(self.named_src[name], self.named_src, name)
+            _, body = template_params(self.named_src[name])
+            fn = self.named[name] = self.compile(body, self.named_src, name)
         return fn
+
+
+def template_params(src) -> tuple[tuple[str, ...] | None, object]:
+    """A named template is a template, or ``{params: [names], body: template}``: one whose
+    inputs are declared; a ``$ref`` passes them in ``$args`` (an input not passed is null)."""
+    if isinstance(src, dict) and set(src) == {"params", "body"} and isinstance(src["params"], list):
+        return tuple(str(p) for p in src["params"]), src["body"]
+    return None, src
 
 
 def _located(fn: Fn, where: str) -> Fn:
@@ -212,3 +221,12 @@ class _Miss:
 
 
 _MISS = _Miss()
+
+
+def __getattr__(name):
+    # The construct table lives in engine.registry (which imports this module).
+    if name in ("CONSTRUCTS", "OPTIONS"):
+        from . import registry
+
+        return registry.CONSTRUCTS if name == "CONSTRUCTS" else {n: tuple(c.options) for n, c in registry.CONSTRUCTS.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
