@@ -175,7 +175,15 @@ def construct_of(compiler: Compiler, node: dict) -> Construct:
         return _retired(retired)
     if name == "$hook" and node["$hook"] in RETIRED_HOOKS:
         compiler.v1(node, "$hook", V1Idiom(node["$hook"], None, RETIRED_HOOKS[node["$hook"]].removeprefix("write ")))
+        return Construct("$hook", _compile_nulls, "name", {"$args": "bindings"})
     return CONSTRUCTS[name]
+
+
+def _compile_nulls(compiler, node):
+    # v1 `responses.nulls` (legacy files only): {key: null} for each key, to merge under an object.
+    args = node.get("$args") or {}
+    keys = compiler.compile(args.get("keys"), args, "keys")
+    return lambda scope: {k: None for k in keys(scope) or ()}
 
 
 _KIND_WORDS = {"templates": "a list of templates", "cases": "a mapping of cases", "bindings": "a mapping of names to templates",

@@ -26,15 +26,6 @@ from ..errors import UpstreamProtocolError
 SEP = "\n\n"  # between a reasoning item's summary (or content) parts in one IR text
 
 
-# --- shared -------------------------------------------------------------------------
-
-
-def nulls(scope, keys=None):
-    """``{key: None}`` for each key: merged under a template's object so that wire fields
-    the protocol types as required-but-nullable are sent as ``null`` rather than left out."""
-    return {k: None for k in keys or ()}
-
-
 # --- requests -----------------------------------------------------------------------
 
 
@@ -451,7 +442,6 @@ def stamp(scope):
 
 
 HOOKS = {
-    "responses.nulls": nulls,
     "responses.group_turns": group_turns,
     "responses.merge_messages": merge_messages,
     "responses.is_custom_call": is_custom_call,
