@@ -204,8 +204,41 @@ def _retired(name: str) -> Construct:
     return Construct(name, compile_retired, "text", {"$param": "name"}, True)
 
 
-def hook(name: str):
-    return HOOKS.get(name)
+def children(node):
+    """``(template, parent, key, names_bound)`` for every template directly inside ``node``,
+    read off the registry's kinds (names, texts and flags are not templates; a ``$lit``
+    has none). ``names_bound`` are the variables the construct binds for that child
+    (``$map``: parent and index in ``$as``/``$where``; ``$let``: its names in ``$in``).
+    Walkers over the template language (free variables, selectors) use this, not lists
+    of their own."""
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            yield item, node, i, ()
+        return
+    if not isinstance(node, dict):
+        return
+    name = next((k for k in node if isinstance(k, str) and k.startswith("$") and k in CONSTRUCTS), None)
+    if name is None:
+        if not any(isinstance(k, str) and k.startswith("$") for k in node):
+            for key, value in node.items():
+                yield value, node, key, ()
+        return
+    entry = CONSTRUCTS[name]
+    for key in (name, *entry.options):
+        if key not in node:
+            continue
+        kind = entry.holds if key == name else entry.options[key]
+        bound = ("parent", "index") if name == "$map" and key in ("$as", "$where") else \
+            tuple(node["$let"] or ()) if name == "$let" and key == "$in" else ()
+        value = node[key]
+        if kind == "template":
+            yield value, node, key, bound
+        elif kind == "templates" and isinstance(value, list):
+            for i, item in enumerate(value):
+                yield item, value, i, bound
+        elif kind in ("cases", "bindings") and isinstance(value, dict):
+            for k, v in value.items():
+                yield v, value, k, bound
 
 
 # --- the template schema --------------------------------------------------------------

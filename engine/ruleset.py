@@ -251,7 +251,7 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
     ``observe(selector, where, depth)`` sees every selector compiled."""
     from . import checks
     from .codec import Codec
-    from .hooks import HOOKS
+    from .registry import HOOKS
     from .stream import StreamRules
     from .template import Compiler
 

@@ -84,6 +84,20 @@ def test_the_schema_alone_refuses_what_the_compiler_refuses(tmp_path):
         assert [p.problem.split(" (known")[0] for p in problems] == [problem], problems
 
 
+def test_children_walks_templates_by_the_registry_kinds():
+    doc, _ = engine.yamlsrc.load(
+        "t: {$map: xs, $as: {$let: {y: a}, $in: [b, {$lit: c}, {$table: T, $of: d}]}, $where: e}\n", "t.yaml")
+
+    def walk(node, bound=()):
+        if isinstance(node, str):
+            yield node, bound
+        for child, _, _, names in registry.children(node):
+            yield from walk(child, (*bound, *names))
+
+    assert sorted(walk(doc["t"])) == [("a", ("parent", "index")), ("b", ("parent", "index", "y")),
+                                      ("d", ("parent", "index", "y")), ("e", ("parent", "index")), ("xs", ())]
+
+
 def test_every_registered_hook_is_used_by_a_built_in_rule():
     text = "\n".join(p.read_text(encoding="utf-8") for p in ruleset.rule_files(BUILTIN_RULES))
     unused = sorted(name for name in HOOKS if not re.search(rf"(?<![\w.]){re.escape(name)}(?![\w.])", text))
