@@ -167,11 +167,6 @@ def _plain(value):
     return None if value is NULL else value
 
 
-class _Fields(dict):
-    def __missing__(self, key):
-        return "{" + key + "}"
-
-
 def compile_fail(c: Compiler, node) -> Fn:
     """Fail the translation: a 400 naming the client's field on the request path, a 502 on
     the response and stream paths. ``{param}`` in the message is the field's name."""
@@ -181,7 +176,7 @@ def compile_fail(c: Compiler, node) -> Fn:
 
     def run(scope):
         param = scope.param(sub)
-        text = message.format_map(_Fields(param=param or "the request")) if templated else message
+        text = message.replace("{param}", param or "the request") if templated else message
         raise scope.run.error_class(text, param)
     return run
 
