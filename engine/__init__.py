@@ -14,8 +14,7 @@ from .context import DEFAULT_MAX_TOKENS, Context
 from .errors import InvalidRequest, ProxaiError, RuleError, TranslationError, UpstreamProtocolError
 from .codec import Codec
 from .ruleset import load_rules
-from .stream import StreamRules, StreamTranslator
-from .template import Compiler
+from .stream import StreamTranslator
 from .toolcalls import restore_response
 
 __all__ = ["Engine", "Context", "ProxaiError", "RuleError", "TranslationError", "InvalidRequest",
