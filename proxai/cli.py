@@ -1,4 +1,4 @@
-"""The `proxai` command: serve, check-config, lint, translate, capture.
+"""The `proxai` command: serve, check-config, lint, docs, translate, capture.
 
 Each subcommand is one `add_parser` call in `_parser()` plus a `_cmd_*`
 function returning the exit code, so more commands slot in the same way.
@@ -56,6 +56,11 @@ def _parser() -> argparse.ArgumentParser:
     lint.add_argument("--migrate", action="store_true", help="rewrite the v1 idioms of RULES_DIR in place, keeping comments")
     lint.add_argument("--write-schema", action="store_true", help="regenerate schemas/templates.schema.json from the construct registry")
     lint.set_defaults(func=_cmd_lint)
+
+    docs = sub.add_parser("docs", help="generate the mapping tables in docs/generated/ from the rule files")
+    docs.add_argument("--check", action="store_true",
+                      help="write nothing; exit 1 naming each generated file that differs from the rules")
+    docs.set_defaults(func=_cmd_docs)
 
     translate = sub.add_parser(
         "translate", help="dry-run one request, response or recorded stream through the translation rules",
@@ -306,6 +311,12 @@ def _cmd_lint(args: argparse.Namespace) -> int:
         return 2
     flags = [flag for flag, on in (("--migrate", args.migrate), ("--write-schema", args.write_schema)) if on]
     return int(lint_main(flags + list(args.dirs)) or 0)
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from proxai.docsgen import main as docs_main
+
+    return docs_main(check=args.check)
 
 
 # --- translate -----------------------------------------------------------------------------------

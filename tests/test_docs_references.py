@@ -1,9 +1,14 @@
 """Every document the rules, code, README and docs/ cite is in the repository.
 
 A reference is a `name.md` path, optionally followed by a section (`§4`, `§6.1`,
-a list such as `§1, §5`) or a numbered item (`#5`, as in `docs/decisions.md #5`).
-It resolves against the citing file's directory or the repository root; a
-section needs a heading with that number, an item a numbered list entry.
+a list such as `§1, §5` or a range `§6.1–§6.6`) or numbered items (`#5`, `#4, #7`,
+as in `docs/decisions.md #5`). It resolves against the citing file's directory or
+the repository root; a section needs a heading with that number, an item a
+numbered list entry. A section written without a page (`see §4`) belongs to the
+last page named before it on the same line, else to the citing page itself (a
+rule file has no sections: there it is an error); `decision #N` without a page is
+docs/decisions.md. A Markdown link's `#anchor` must be the slug of a heading of
+the page it links to.
 """
 from __future__ import annotations
 
@@ -22,8 +27,11 @@ _SECTION = r"§[ \t]?\d+(?:\.\d+)*"
 REFERENCE = re.compile(
     r"(?<![\w/.:-])(?P<path>[\w-][\w./-]*\.md)\b"
     r"(?:" + _SEP + r"(?P<sections>" + _SECTION + r"(?:,[ \t]*(?:and[ \t]+)?" + _SECTION + r")*)"
-    r"|[ \t]+#(?P<item>\d+)\b)?"
+    r"|[ \t]+(?P<items>#\d+(?:,[ \t]*(?:and[ \t]+)?#\d+)*)\b)?"
 )
+BARE_SECTION = re.compile(_SECTION)
+BARE_DECISION = re.compile(r"\bdecisions?[ \t]+#(?P<item>\d+)\b", re.I)
+LINK_ANCHOR = re.compile(r"\]\((?P<path>[^()\s#]*\.md)?#(?P<anchor>[^()\s]+)\)")
 
 
 def references(text: str):
@@ -33,8 +41,9 @@ def references(text: str):
         if m["sections"]:
             for number in re.findall(r"\d+(?:\.\d+)*", m["sections"]):
                 yield m["path"], "§", number, line
-        elif m["item"]:
-            yield m["path"], "#", m["item"], line
+        elif m["items"]:
+            for number in re.findall(r"\d+", m["items"]):
+                yield m["path"], "#", number, line
         else:
             yield m["path"], None, None, line
 
@@ -82,8 +91,73 @@ def dangling(root: Path, scanned=SCANNED) -> list[str]:
     return problems
 
 
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading text."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(text: str) -> set[str]:
+    return {slug(m.group(1)) for m in re.finditer(r"^#{1,6}[ \t]+(.+?)[ \t]*#*$", text, re.M)}
+
+
+_PARAGRAPH_START = re.compile(r"\n[ \t]*\n|\n[ \t]*(?:\d+\.|[-*|])[ \t]")
+
+
+def _context_start(text: str, pos: int, markdown: bool) -> int:
+    """Where the text a page-less section belongs with starts: its Markdown paragraph,
+    list item or table row; in other files, its line."""
+    if not markdown:
+        return text.rfind("\n", 0, pos) + 1
+    starts = [m.start() for m in _PARAGRAPH_START.finditer(text, 0, pos)]
+    return starts[-1] if starts else 0
+
+
+def dangling_implicit(root: Path, scanned=("rules", "docs")) -> list[str]:
+    """Sections without a page, `decision #N` and Markdown anchors that do not resolve."""
+    root = root.resolve()
+    problems = []
+    for citing in scanned_files(root, scanned):
+        text = citing.read_text(encoding="utf-8", errors="replace")
+        explicit = [m.span() for m in REFERENCE.finditer(text)]
+        rel = citing.relative_to(root)
+        for m in BARE_SECTION.finditer(text):
+            if any(a <= m.start() < b for a, b in explicit):
+                continue
+            line_no = text.count("\n", 0, m.start()) + 1
+            start = _context_start(text, m.start(), citing.suffix == ".md")
+            named = [r for r in REFERENCE.finditer(text, start, m.start())]
+            number = re.sub(r"\s", "", m.group(0))[1:]
+            if named:
+                page, label = _resolve(root, citing, named[-1]["path"]), named[-1]["path"]
+            elif citing.suffix == ".md":
+                page, label = citing, str(rel)
+            else:
+                problems.append(f"{rel}:{line_no}: §{number}: names no page (write e.g. docs/mappings.md §{number})")
+                continue
+            if page is not None and not _has_section(page.read_text(encoding="utf-8"), number):
+                problems.append(f"{rel}:{line_no}: §{number} (of {label}): no heading numbered {number}")
+        for m in BARE_DECISION.finditer(text):
+            if any(a <= m.start() < b for a, b in explicit):
+                continue
+            line_no = text.count("\n", 0, m.start()) + 1
+            if not _has_item((root / "docs" / "decisions.md").read_text(encoding="utf-8"), m["item"]):
+                problems.append(f"{rel}:{line_no}: decision #{m['item']}: no item numbered {m['item']} in docs/decisions.md")
+        if citing.suffix != ".md":
+            continue
+        for m in LINK_ANCHOR.finditer(text):
+            line_no = text.count("\n", 0, m.start()) + 1
+            page = _resolve(root, citing, m["path"]) if m["path"] else citing
+            if page is not None and m["anchor"] not in _anchors(page.read_text(encoding="utf-8")):
+                problems.append(f"{rel}:{line_no}: #{m['anchor']}: no such heading in {page.relative_to(root)}")
+    return problems
+
+
 def test_every_reference_resolves():
     assert dangling(ROOT) == []
+
+
+def test_every_section_without_a_page_decision_and_anchor_resolves():
+    assert dangling_implicit(ROOT) == []
 
 
 def test_rules_cite_the_docs():
@@ -127,3 +201,42 @@ def test_valid_references_pass(tmp_path):
         "# docs/mappings.md §1, §5, §9, §14; docs/decisions.md #14 and docs/streaming.md §6.1\n"
     )
     assert dangling(tmp_path, ("rules", "docs/index.md")) == []
+
+
+@pytest.mark.parametrize(
+    "file, text, why",
+    [
+        ("rules/x.yaml", "a: 1\n# see §4\n", "names no page"),
+        ("docs/index.md", "Intro.\n\nSee mappings.md §4 and then §99.\n", "§99 (of mappings.md): no heading numbered 99"),
+        ("docs/index.md", "Intro.\n\n- [mappings.md](mappings.md): all concepts\n  (§1 … §42).\n", "no heading numbered 42"),
+        ("docs/index.md", "Intro.\n\nAs said in §3.\n", "§3 (of docs/index.md): no heading numbered 3"),
+        ("rules/x.yaml", "a: 1\n# as decision #99 says\n", "no item numbered 99 in docs/decisions.md"),
+        ("docs/index.md", "Intro.\n\nSee [tools](mappings.md#no-such-heading).\n", "#no-such-heading: no such heading in docs/mappings.md"),
+        ("docs/index.md", "Intro.\n\nSee [below](#nowhere).\n", "#nowhere: no such heading in docs/index.md"),
+    ],
+)
+def test_a_dangling_implicit_reference_fails(tmp_path, file, text, why):
+    _copy_docs(tmp_path)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / file).write_text(text)
+    problems = dangling_implicit(tmp_path)
+    assert len(problems) == 1 and why in problems[0] and problems[0].startswith(f"{file}:"), problems
+
+
+def test_item_lists_check_every_item(tmp_path):
+    _copy_docs(tmp_path)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "x.yaml").write_text("a: 1\n# docs/decisions.md #4, #99\n")
+    problems = dangling(tmp_path, ("rules",))
+    assert len(problems) == 1 and "no item numbered 99" in problems[0], problems
+
+
+def test_valid_implicit_references_pass(tmp_path):
+    _copy_docs(tmp_path)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "docs" / "index.md").write_text(
+        "# Index\n\n## 1. Start\n\nSee [tools](mappings.md#4-tool-definitions) and [up](#1-start), §1 here,\n"
+        "streaming.md §6.1–§6.6, and decision #7.\n"
+    )
+    (tmp_path / "rules" / "x.yaml").write_text("a: 1\n# docs/mappings.md §4 (and §5); decision #3\n")
+    assert dangling_implicit(tmp_path) == []

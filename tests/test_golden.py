@@ -55,10 +55,10 @@ def _lines(raw: bytes) -> list[dict]:
     return [orjson.loads(line) for line in raw.splitlines() if line.strip()]
 
 
-def test_codec_fixtures_wire_output_is_unchanged():
+def test_codec_fixtures_and_client_recordings_wire_output_is_unchanged():
     cases = G.read_cases()
     assert len(cases) > 100, "tests/golden/cases.jsonl lost its cases (python tests/golden/generate.py --capture)"
-    diff = first_difference(_lines(G.CODEC.read_bytes()), list(G.codec_lines(cases)))
+    diff = first_difference(_lines(G.CODEC.read_bytes()), [*G.codec_lines(cases), *G.fixture_lines()])
     assert diff is None, diff
 
 

@@ -8,11 +8,13 @@ Inputs
     ``request`` (a client request), ``ir_request`` (an IR request given to a request
     encoder), ``response`` (a provider response), ``ir_response``, ``stream`` (provider
     SSE events, with eof/fail steps) and ``ir_stream`` (IR events given to a stream encoder);
+  * the request bodies recorded from real coding-agent CLIs (tests/fixtures/clients/), each
+    with the context defaults and once more with prompt caching on (the servers' default);
   * every item of the recorded corpus (tests/corpus/<source>/<protocol>/<kind>/<name>).
 
 Outputs, per input and per target protocol (the three providers for a request, the three
 clients for a response or stream, so all nine client/provider pairs):
-  * ``codec.jsonl``: one line per (case, target) for the captured cases;
+  * ``codec.jsonl``: one line per (case, target) for the captured cases and client fixtures;
   * ``corpus.jsonl.gz``: the same for the corpus (gzip, fixed header, so the bytes are stable).
 Each line is ``{"case", "to", "wire"}`` with the exact JSON text the encoder produced (key
 order kept) or the SSE bytes of the whole translated stream, or ``{"case", "to", "error"}``
@@ -65,6 +67,11 @@ CASES = HERE / "cases.jsonl"
 CODEC = HERE / "codec.jsonl"
 CORPUS_OUT = HERE / "corpus.jsonl.gz"
 CORPUS = TESTS / "corpus"
+CLIENT_FIXTURES = TESTS / "fixtures" / "clients"
+CLIENT_PROTOCOLS = {"/v1/responses": "openai_responses", "/v1/messages": "anthropic_messages",
+                    "/v1/chat/completions": "openai_chat_completions"}
+# Prompt caching as providers have it by default, with a fixed key for derived cache keys.
+CACHING_ON = {"prompt_caching": "auto", "cache_key_secret": {"$bytes": base64.b64encode(b"golden").decode()}}
 FIXED_TIME = 1700000000.0
 # Context fields a translation fills in as it runs: not inputs.
 _OUTPUT_FIELDS = {"traces", "cache_breakpoints", "cache_key_source", "_vars", "dropped_tools"}
@@ -261,9 +268,14 @@ class Recorder:
     def pytest_runtest_setup(self, item):
         self.flush_streams()
         self.test = item.nodeid.split("/")[-1]
+        # Inputs a test builds with the engine itself (a stream encoded, then decoded) carry
+        # minted ids and stamps: pinned too, so a re-capture gives the same cases.
+        self._pin = pinned()
+        self._pin.__enter__()
 
     def pytest_runtest_teardown(self, item):
         self.flush_streams()
+        self._pin.__exit__(None, None, None)
 
     def pytest_sessionfinish(self, session):
         self.flush_streams()
@@ -276,7 +288,9 @@ def capture() -> list[dict]:
 
     recorder = Recorder()
     files = [str(TESTS / name) for name in CAPTURE_TESTS if (TESTS / name).exists()]
-    pytest.main(["-q", "-p", "no:randomly", "-p", "no:cacheprovider", *files], plugins=[recorder])
+    code = pytest.main(["-q", "-p", "no:randomly", "-p", "no:cacheprovider", *files], plugins=[recorder])
+    if code != 0:
+        raise SystemExit(f"the codec tests failed (pytest exit {code}); capture from a passing tree")
     return recorder.cases
 
 
@@ -373,6 +387,16 @@ def codec_lines(cases: list[dict]):
             yield {"case": case["id"], "to": target, **out}
 
 
+def fixture_lines():
+    for path in sorted(CLIENT_FIXTURES.glob("*.json")):
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        source = CLIENT_PROTOCOLS[doc["path"].split("?")[0]]
+        for variant, ctx in (("", {"provider_name": "p"}), ("+caching", {"provider_name": "p", **CACHING_ON})):
+            for target in PROTOCOLS:
+                out = translate("request", source, target, dict(ctx, client_body=doc["body"]), doc["body"])
+                yield {"case": f"fixtures/clients/{path.name}{variant}", "to": target, **out}
+
+
 # The corpus, translated as tests/test_corpus_fidelity.py does (Chat streams asked for usage).
 def corpus_items() -> list[str]:
     return sorted(str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*/*/*") if p.suffix in (".json", ".sse"))
@@ -420,7 +444,7 @@ def main(argv: list[str]) -> int:
         print(f"captured {len(cases)} cases -> {CASES.relative_to(ROOT)}")
     cases = read_cases()
     started = time.perf_counter()
-    CODEC.write_bytes(dump_lines(codec_lines(cases)))
+    CODEC.write_bytes(dump_lines([*codec_lines(cases), *fixture_lines()]))
     CORPUS_OUT.write_bytes(gzip_bytes(dump_lines(corpus_lines())))
     print(f"wrote {CODEC.relative_to(ROOT)} and {CORPUS_OUT.relative_to(ROOT)} in {time.perf_counter() - started:.1f}s")
     return 0
