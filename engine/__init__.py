@@ -15,9 +15,8 @@ from pathlib import Path
 from .context import DEFAULT_MAX_TOKENS, Context
 from .errors import InvalidRequest, ProxaiError, ProxyError, RuleError, TranslationError, UpstreamProtocolError
 from .codec import Codec
-from .ruleset import BUILTIN_RULES, build_tables, read_dirs, rule_files
-from .stream import StreamRules, StreamTranslator
-from .template import Compiler
+from .ruleset import load_rules, rule_dirs, rule_files
+from .stream import StreamTranslator
 from .toolcalls import restore_response
 
 __all__ = ["Engine", "Context", "ProxaiError", "ProxyError", "RuleError", "TranslationError", "InvalidRequest",
@@ -61,37 +60,21 @@ class Engine:
         immutable, so identical rule files (by content) give back the same engine: a reload
         that changed only the config, and every in-process server of a test run, skip the
         compile."""
-        from .hooks import HOOKS
+        from .registry import HOOKS
 
-        dirs = [Path(builtin_dir) if builtin_dir else BUILTIN_RULES]
-        if override_dir:
-            dirs.append(Path(override_dir))
-        key = _fingerprint(dirs, HOOKS)
+        key = _fingerprint(rule_dirs(override_dir, builtin_dir), HOOKS)
         if key is not None and key in _COMPILED:
             _COMPILED.move_to_end(key)
             return _COMPILED[key]
-        eng = cls._compile(dirs, HOOKS)
+        rules, problems = load_rules(override_dir, builtin_dir)
+        if problems:
+            raise problems[0]
+        eng = cls(rules.codecs, rules.streams, rules.tables, rules.enums)
         if key is not None:
             _COMPILED[key] = eng
             while len(_COMPILED) > _COMPILED_MAX:
                 _COMPILED.popitem(last=False)
         return eng
-
-    @classmethod
-    def _compile(cls, dirs: list[Path], HOOKS: dict) -> "Engine":
-        layered, problems = read_dirs(dirs)
-        if problems:
-            raise problems[0]
-        tables = build_tables(layered)
-        codecs, streams = {}, {}
-        for (kind, protocol), (doc, file) in layered.codecs.items():
-            compiler = Compiler(file, HOOKS, tables, doc.get("templates") or {})
-            if kind.startswith("stream."):
-                streams[(kind, protocol)] = StreamRules(doc, compiler)
-            else:
-                codecs[(kind, protocol)] = Codec(doc, compiler)
-        enums = {name: values for name, (values, _, _) in layered.enums.items()}
-        return cls(codecs, streams, tables, enums)
 
     def _codec(self, kind: str, protocol: str) -> Codec:
         codec = self.codecs.get((kind, protocol))

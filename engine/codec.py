@@ -4,8 +4,9 @@ from __future__ import annotations
 import functools
 import re
 
-from .errors import InvalidRequest, UpstreamProtocolError
+from .errors import InvalidRequest, TranslationError, UpstreamProtocolError
 from .expr import truthy
+from .constructs import compile_fail
 from .template import Compiler, Run, Scope
 
 #: values that count as absent for advisory fields (docs/mappings.md "neutral values")
@@ -20,8 +21,9 @@ class Codec:
         request = self.kind.startswith("request")
         self.run = Run(InvalidRequest if request else UpstreamProtocolError, annotate_paths=self.kind == "request.decode")
         self.params = dict(doc.get("params") or {})
-        self.rejects = [(compiler.compile(r["when"], r), r["param"], r["message"], compiler.where(r))
-                        for r in doc.get("reject") or []]
+        # A reject table is data; each entry fails through the one failure construct, $fail.
+        self.rejects = [(compiler.compile(r["when"], r, "when"), compile_fail(compiler, {"$fail": r["message"], "$param": r["param"]}),
+                         compiler.where(r)) for r in doc.get("reject") or []]
         self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
         self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
         self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
@@ -33,9 +35,13 @@ class Codec:
         if self.params:
             ctx.param_names.update(self.params)
         scope = Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, self.run)
-        for when, param, message, where in self.rejects:
+        for when, fail, where in self.rejects:
             if truthy(when(scope)):
-                raise InvalidRequest(message, ctx.param_names.get(param, param), where)
+                try:
+                    fail(scope)
+                except TranslationError as err:
+                    err.rule = where
+                    raise
         if self.advisory and isinstance(payload, dict):
             # An encoder's fields have no slot in its own protocol; a decoder's have none in the
             # canonical model, so none in the protocol the payload is going to.

@@ -2,6 +2,7 @@
 layer an override directory on top of the built-in rules, compile once."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -37,6 +38,10 @@ def rules_validator():
     global _validator
     if _validator is None:
         schema = json.loads((SCHEMAS / "rules.schema.json").read_text())
+        # The template language (generated from the construct registry) joins the
+        # rule schema's definitions: one resource, so no cross-file reference lookups.
+        templates = json.loads((SCHEMAS / "templates.schema.json").read_text())
+        schema["$defs"] = {**schema["$defs"], **templates["$defs"]}
         _validator = jsonschema.Draft202012Validator(schema)
     return _validator
 
@@ -73,7 +78,8 @@ def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
     """Parse and schema-check one file; returns the file and its problems."""
     name = display_path(path)
     try:
-        doc, duplicates = yamlsrc.load(path.read_text(encoding="utf-8"), name)
+        text = path.read_text(encoding="utf-8")
+        doc, duplicates = yamlsrc.load(text, name)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         return None, [RuleError(f"YAML syntax: {getattr(err, 'problem', err)}", name, mark.line + 1 if mark else None)]
@@ -82,10 +88,50 @@ def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
     problems = [RuleError(f"duplicate key {key!r}", name, line) for line, key in duplicates]
     if not isinstance(doc, dict):
         return None, problems + [RuleError("a rule file is a YAML mapping", name, 1)]
-    for err in sorted(rules_validator().iter_errors(doc), key=lambda e: list(map(str, e.absolute_path))):
+    for err in sorted(_schema_errors(text, doc), key=lambda e: list(map(str, e.absolute_path))):
+        worded = _construct_problem(doc, err.absolute_path)
+        if worded is not None:
+            problems.append(worded)
+            continue
         where = "/".join(map(str, err.absolute_path)) or "(top)"
         problems.append(RuleError(f"{where}: {err.message}", name, _node_line(doc, err.absolute_path)))
-    return SourceFile(name, doc, duplicates), problems
+    return SourceFile(name, doc, duplicates), _unique(problems)
+
+
+_verdicts: dict = {}
+
+
+def _schema_errors(text: str, doc) -> list:
+    """Schema errors of a rule file; a file already found valid in this process (the
+    built-in rules, loaded by every Engine) is not validated again."""
+    key = hashlib.sha256(text.encode()).digest()
+    if key in _verdicts:
+        return []
+    errors = list(rules_validator().iter_errors(doc))
+    if not errors:
+        _verdicts[key] = True
+    return errors
+
+
+def _construct_problem(doc, path) -> RuleError | None:
+    """A schema error inside a template, worded as the compiler words it (the nearest
+    construct node on the error's path that the registry finds a problem with)."""
+    from .registry import construct_problem
+
+    nodes, node = [doc], doc
+    for step in path:
+        try:
+            node = node[step]
+        except (KeyError, IndexError, TypeError):
+            break
+        nodes.append(node)
+    for node in reversed(nodes):
+        if isinstance(node, yamlsrc.Located):
+            problem = construct_problem(node)
+            if problem is not None:
+                message, key = problem
+                return RuleError(message, node.file, node.key_lines.get(key, node.line))
+    return None
 
 
 def rule_files(directory: Path) -> list[Path]:
@@ -153,7 +199,15 @@ def build_tables(layered: Layered) -> dict[str, Table]:
     return tables
 
 
-def read_dirs(dirs: list[Path]) -> tuple[Layered, list[RuleError]]:
+#: Built-in rule files of these kinds may still use v1 idioms (they are compiled as
+#: before); every other file, and every file of a rules_dir, must be v2.
+#: tests/test_registry.py fails once these files no longer need it.
+V1_TOLERATED_KINDS: frozenset = frozenset()
+
+
+def read_dirs(dirs: list[Path], sources: list | None = None) -> tuple[Layered, list[RuleError]]:
+    """Read and layer ``dirs`` in order; files with problems are left out (and reported).
+    ``sources``, when given, receives every file read, with the directory it came from."""
     layered, problems = Layered(), []
     for directory in dirs:
         directory = Path(directory)
@@ -166,5 +220,79 @@ def read_dirs(dirs: list[Path]) -> tuple[Layered, list[RuleError]]:
             problems.extend(errs)
             if src is not None and not errs:
                 files.append(src)
+                if sources is not None:
+                    sources.append((directory, src))
         layer(files, layered)
     return layered, problems
+
+
+@dataclass
+class Rules:
+    """Everything the engine runs, compiled: codecs and streams by (kind, protocol)."""
+    codecs: dict
+    streams: dict
+    tables: dict
+    enums: dict
+
+
+def rule_dirs(override_dir=None, builtin_dir=None) -> list[Path]:
+    """The layers the server loads: the built-in rules, then ``rules_dir`` if any."""
+    builtin = Path(builtin_dir) if builtin_dir else BUILTIN_RULES
+    dirs = [builtin]
+    if override_dir and Path(override_dir).resolve() != builtin.resolve():
+        dirs.append(Path(override_dir))
+    return dirs
+
+
+def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, observe=None) -> tuple[Rules, list[RuleError]]:
+    """Read, check and compile the rules as the server runs them; returns the rules
+    and every problem found, in file order (the server refuses to start on the first,
+    ``proxai lint`` prints them all). ``found`` collects v1 idioms (see the migration);
+    ``observe(selector, where, depth)`` sees every selector compiled."""
+    from . import checks
+    from .codec import Codec
+    from .registry import HOOKS
+    from .stream import StreamRules
+    from .template import Compiler
+
+    dirs = rule_dirs(override_dir, builtin_dir)
+    sources: list = []
+    layered, problems = read_dirs(dirs, sources)
+    legacy = {src.path for directory, src in sources
+              if directory == dirs[0] and src.doc.get("kind") in V1_TOLERATED_KINDS}
+    tables = build_tables(layered)
+    ctx = checks.CheckContext(HOOKS, {n: d for n, (d, _) in layered.tables.items()}, tables,
+                              {n: v for n, (v, _, _) in layered.enums.items()}, checks.ir_event_fields(SCHEMAS), legacy)
+    for _, src in sources:
+        for check in checks.CHECKS:
+            try:
+                problems.extend(RuleError(problem, src.path, line) for line, problem in check(ctx, src.doc))
+            except (KeyError, TypeError, AttributeError):
+                continue  # a shape the schema check reported
+    codecs, streams = {}, {}
+    for (kind, protocol), (doc, file) in layered.codecs.items():
+        compiler = Compiler(file, HOOKS, tables, doc.get("templates") or {}, legacy=legacy, found=found, observe=observe)
+        try:
+            if kind.startswith("stream."):
+                streams[(kind, protocol)] = StreamRules(doc, compiler)
+            else:
+                codecs[(kind, protocol)] = Codec(doc, compiler)
+        except RuleError as err:
+            problems.append(err)
+    enums = {name: values for name, (values, _, _) in layered.enums.items()}
+    return Rules(codecs, streams, tables, enums), _unique(problems)
+
+
+def _unique(problems: list) -> list:
+    seen, out = set(), []
+    for p in problems:
+        if str(p) not in seen:
+            seen.add(str(p))
+            out.append(p)
+    return out
+
+
+def load_layers(directory: Path, found: list | None = None):
+    """`load_rules` for one directory as ``proxai lint`` and the migration see it: an
+    override over the built-in rules, or the built-in rules themselves."""
+    return load_rules(directory, found=found)

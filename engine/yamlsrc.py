@@ -34,7 +34,18 @@ class Located(dict):
 
 
 class LocatedList(list):
-    __slots__ = ("file", "line")
+    """A list that knows its file, its line and the line of each item."""
+
+    __slots__ = ("file", "line", "item_lines")
+
+    def where(self, index=None) -> str:
+        lines = getattr(self, "item_lines", None) or ()
+        line = lines[index] if index is not None and 0 <= index < len(lines) else self.line
+        return f"{self.file}:{line}"
+
+
+#: the YAML tag of a literal in a template: ``type: !lit function`` loads as ``{"$lit": "function"}``
+LITERAL_TAG = "!lit"
 
 
 def _loader(file: str, duplicates: list):
@@ -63,10 +74,23 @@ def _loader(file: str, duplicates: list):
     def sequence(loader, node):
         out = LocatedList(loader.construct_object(child, deep=True) for child in node.value)
         out.file, out.line = file, node.start_mark.line + 1
+        out.item_lines = [child.start_mark.line + 1 for child in node.value]
         return out
+
+    def literal(loader, node):
+        # The tagged node is built as if untagged (`!lit 0` is the number, `!lit "0"` the string).
+        if isinstance(node, yaml.ScalarNode):
+            tag = "tag:yaml.org,2002:str" if node.style else loader.resolve(yaml.ScalarNode, node.value, (True, False))
+            value = loader.construct_object(yaml.ScalarNode(tag, node.value, node.start_mark, node.end_mark, node.style))
+        elif isinstance(node, yaml.SequenceNode):
+            value = list(loader.construct_object(child, deep=True) for child in node.value)
+        else:
+            value = {loader.construct_object(k, deep=True): loader.construct_object(v, deep=True) for k, v in node.value}
+        return Located({"$lit": value}, file=file, line=node.start_mark.line + 1, key_lines={"$lit": node.start_mark.line + 1})
 
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
     Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, sequence)
+    Loader.add_constructor(LITERAL_TAG, literal)
     return Loader
 
 

@@ -53,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
 
     lint = sub.add_parser("lint", help="validate rule files; prints file:line for each problem")
     lint.add_argument("dirs", nargs="*", metavar="RULES_DIR")
+    lint.add_argument("--migrate", action="store_true", help="rewrite the v1 idioms of RULES_DIR in place, keeping comments")
+    lint.add_argument("--write-schema", action="store_true", help="regenerate schemas/templates.schema.json from the construct registry")
     lint.set_defaults(func=_cmd_lint)
 
     docs = sub.add_parser("docs", help="generate the mapping tables in docs/generated/ from the rule files")
@@ -307,7 +309,8 @@ def _cmd_lint(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"proxai lint: the rules linter is not available ({exc})", file=sys.stderr)
         return 2
-    return int(lint_main(list(args.dirs)) or 0)
+    flags = [flag for flag, on in (("--migrate", args.migrate), ("--write-schema", args.write_schema)) if on]
+    return int(lint_main(flags + list(args.dirs)) or 0)
 
 
 def _cmd_docs(args: argparse.Namespace) -> int:

@@ -102,7 +102,7 @@ def _render(node) -> str:
         return f"by {_render(node['$switch'])}: " + " | ".join(str(k) for k in (node.get("$cases") or {}))
     if "$ref" in node:
         return f"template {node['$ref']}"
-    for key in ("$reject", "$error"):
+    for key in ("$fail", "$reject", "$error"):
         if key in node:
             return f"{key[1:]} {json.dumps(str(node[key]), ensure_ascii=False)}"
     for key in ("$merge", "$concat"):
@@ -236,9 +236,11 @@ class Walker:
             self._walk(node.get("$default"), env, seen, out)
             return
         for key, value in node.items():
-            # Messages and options are not templates; $where filters a $map's items.
-            if key not in ("$what", "$param", "$reject", "$error", "$flat", "$where"):
-                self._walk(value, env, seen, out)
+            if key in ("$what", "$param", "$fail", "$reject", "$error", "$flat"):
+                continue
+            if key == "$where":
+                continue
+            self._walk(value, env, seen, out)
 
     def outputs(self, node, env: dict | None = None, seen: frozenset = frozenset()) -> list[tuple[str, object, dict]]:
         """(output key, its template, the variables in scope) of every object the output
@@ -450,25 +452,27 @@ def _switches(node, out: list) -> None:
             _switches(v, out)
 
 
-def _produces(node, named: dict, seen: frozenset = frozenset()) -> str:
+def _produces(node, named: dict, seen: frozenset = frozenset(), kind: str = "") -> str:
     """What a case builds: its literal `type` (or `role`), a rejection, or a summary;
     named templates are followed, nested dispatches named by what they switch on."""
     def again(n):
-        return _produces(n, named, seen)
+        return _produces(n, named, seen, kind)
 
     if isinstance(node, list) and len(node) == 1 and isinstance(node[0], dict):
         return again(node[0])
     if isinstance(node, dict):
-        for key in ("$reject", "$error"):
+        for key in ("$fail", "$reject", "$error"):
             if key in node:
-                return f"{'rejected (400)' if key == '$reject' else 'upstream error (502)'}: {_md(_short(str(node[key]), 80))}"
+                # $fail is a 400 on the request path, a 502 on the response path
+                rejected = key == "$reject" or (key == "$fail" and kind.startswith("request"))
+                return f"{'rejected (400)' if rejected else 'upstream error (502)'}: {_md(_short(str(node[key]), 80))}"
         for key in ("type", "role"):
             if key in node:
                 is_lit, value = literal(node[key])
                 if is_lit:
                     return f"{key} {_code(value)}"
         if "$ref" in node and node["$ref"] in named and node["$ref"] not in seen:
-            return _produces(named[node["$ref"]], named, seen | {node["$ref"]})
+            return _produces(named[node["$ref"]], named, seen | {node["$ref"]}, kind)
         if "$switch" in node and "$what" in node:
             return f"by {_md(str(node['$what']).rstrip(': '))} (see its table)"
         if "$map" in node:
@@ -485,7 +489,7 @@ def _produces(node, named: dict, seen: frozenset = frozenset()) -> str:
 
 
 def _fails(node) -> bool:
-    return isinstance(node, dict) and ("$reject" in node or "$error" in node)
+    return isinstance(node, dict) and ("$fail" in node or "$reject" in node or "$error" in node)
 
 
 KIND_TITLES = {"request.decode": "client request → IR", "request.encode": "IR → provider request",
@@ -512,9 +516,9 @@ def kinds_md(rules: Rules) -> str:
             lines += [f"## {n}. {_title(protocol)}: {KIND_TITLES[kind]}", "", f"`{file}`", ""]
             for sw in found:
                 named = dict(doc.get("templates") or {})
-                rows = [[_code(k), _produces(v, named)] for k, v in (sw.get("$cases") or {}).items()]
+                rows = [[_code(k), _produces(v, named, kind=kind)] for k, v in (sw.get("$cases") or {}).items()]
                 if "$default" in sw:
-                    rows.append(["anything else", _produces(sw["$default"], named)])
+                    rows.append(["anything else", _produces(sw["$default"], named, kind=kind)])
                 what = str(sw["$what"]).rstrip(": ")
                 lines += [f"**{_md(what)}** (by {_code(render(sw['$switch'], 60))}):", ""]
                 lines += _table(["value", "becomes"], rows) + [""]

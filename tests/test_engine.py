@@ -30,7 +30,7 @@ def run(template_yaml, data, tables, ctx=None, annotate=False, named=None, error
 
 
 def test_selector_literal_and_object_dropping_nulls(tables):
-    out = run("t: {a: x.y, b: \"'lit'\", c: missing, d: 3, e: true}", {"x": {"y": 1}}, tables)
+    out = run("t: {a: x.y, b: !lit lit, c: missing, d: 3, e: true}", {"x": {"y": 1}}, tables)
     assert out == {"a": 1, "b": "lit", "d": 3, "e": True}
 
 
@@ -67,7 +67,7 @@ def test_switch_dispatch_default_and_error_path(tables):
         $as:
           $switch: type
           $what: content part type
-          $cases: {text: {k: "'T'"}, image_url: {k: "'I'"}}
+          $cases: {text: {k: !lit T}, image_url: {k: !lit I}}
     """
     assert run(template, {"messages": [{"content": [{"type": "text"}, {"type": "image_url"}]}]}, tables) == [[{"k": "T"}, {"k": "I"}]]
     with pytest.raises(engine.InvalidRequest) as err:
@@ -75,12 +75,12 @@ def test_switch_dispatch_default_and_error_path(tables):
     assert err.value.param == "messages[1].content[1]"
     assert "content part type 'input_audio'" in err.value.message
     assert err.value.rule.startswith("t.yaml:")
-    assert run("t: {$switch: flag, $cases: {'true': \"'yes'\"}, $default: \"'no'\"}", {"flag": True}, tables) == "yes"
-    assert run("t: {$switch: flag, $cases: {'true': \"'yes'\"}, $default: \"'no'\"}", {"flag": 3}, tables) == "no"
+    assert run("t: {$switch: flag, $cases: {'true': !lit yes}, $default: !lit no}", {"flag": True}, tables) == "yes"
+    assert run("t: {$switch: flag, $cases: {'true': !lit yes}, $default: !lit no}", {"flag": 3}, tables) == "no"
 
 
 def test_if_uses_jmespath_truthiness(tables):
-    t = "t: {$if: v, $then: \"'y'\", $else: \"'n'\"}"
+    t = "t: {$if: v, $then: !lit y, $else: !lit n}"
     assert [run(t, {"v": v}, tables) for v in (0, 1, "", "a", [], [1], None, False)] == ["y", "y", "n", "y", "n", "y", "n", "n"]
 
 
@@ -105,15 +105,15 @@ def test_table_miss_is_an_error_unless_defaulted(tables):
         run("t: {$table: anthropic_messages.stop_reason->ir.stop, $of: s}", {"s": "weird"}, tables,
             error_class=engine.UpstreamProtocolError)
     assert "weird" in err.value.message
-    assert run("t: {$table: anthropic_messages.stop_reason->ir.stop, $of: s, $default: \"'x'\"}", {"s": "weird"}, tables) == "x"
+    assert run("t: {$table: anthropic_messages.stop_reason->ir.stop, $of: s, $default: !lit x}", {"s": "weird"}, tables) == "x"
 
 
 def test_reject_names_the_path_and_error_is_upstream(tables):
     with pytest.raises(engine.InvalidRequest) as err:
-        run("t: {$map: tools, $as: {$reject: 'custom tools cannot be expressed', $param: custom}}", {"tools": [{}]}, tables)
+        run("t: {$map: tools, $as: {$fail: 'custom tools cannot be expressed', $param: custom}}", {"tools": [{}]}, tables)
     assert (err.value.param, err.value.message) == ("tools[0].custom", "custom tools cannot be expressed")
     with pytest.raises(engine.UpstreamProtocolError):
-        run("t: {$error: 'bad upstream'}", {}, tables)
+        run("t: {$fail: 'bad upstream'}", {}, tables, error_class=engine.UpstreamProtocolError)
 
 
 def test_ref_allows_recursion(tables):
@@ -126,7 +126,7 @@ def test_decode_annotates_paths_and_encoder_reports_them(tables):
     ir = run("t: {$map: messages, $as: {role: role}}", {"messages": [{"role": "user"}]}, tables, annotate=True)
     assert ir == [{"role": "user", "_path": "messages[0]"}]
     with pytest.raises(engine.InvalidRequest) as err:
-        run("t: {$map: msgs, $as: {$reject: 'no'}}", {"msgs": ir}, tables)
+        run("t: {$map: msgs, $as: {$fail: 'no'}}", {"msgs": ir}, tables)
     assert err.value.param == "messages[0]"
 
 
@@ -221,7 +221,7 @@ def test_advisory_paths_trace_nested_fields_by_the_clients_path(tmp_path):
     (tmp_path / "c.yaml").write_text(
         "kind: request.decode\nprotocol: openai_responses\n"
         "advisory: [top, 'items[*].hint', 'items[type=doc].cfg', 'ir[*].name']\n"
-        "output: {ok: \"'yes'\"}\n")
+        "output: {ok: !lit yes}\n")
     eng = engine.Engine.load(override_dir=tmp_path)
     codec = eng.codecs[("request.decode", "openai_responses")]
     ctx = engine.Context("openai_responses", "anthropic_messages")

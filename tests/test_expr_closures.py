@@ -45,21 +45,19 @@ def _rule_selectors() -> list[str]:
     """Every selector written in the built-in rules (the part after a `$var.` prefix)."""
     import re
 
-    from engine import lint
-    from engine.ruleset import BUILTIN_RULES, read_file, rule_files
+    from engine.ruleset import load_rules
 
     found = set()
-    for path in rule_files(BUILTIN_RULES):
-        src, _ = read_file(path)
-        if src is None or src.doc.get("kind") in ("tables", "enums"):
-            continue
-        places = list(lint._templates_of(src.doc)) + [place for _, t in lint._transitions(src.doc) for place in lint._step_templates(t)]
-        for template, parent, key in places:
-            for selector, _, _ in lint._selectors(template, parent, key):
-                match = re.match(r"^\$\w+(?:\.(.+))?$", selector, re.S)
-                text = match.group(1) if match else selector
-                if text:
-                    found.add(text)
+
+    def observe(selector, where, depth):
+        # every selector the loader compiles, as it compiles it
+        match = re.match(r"^\$\w+(?:\.(.+))?$", selector, re.S)
+        text = match.group(1) if match else selector
+        if text:
+            found.add(text)
+
+    _, problems = load_rules(observe=observe)
+    assert not problems
     return sorted(found)
 
 

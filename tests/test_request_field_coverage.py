@@ -9,13 +9,13 @@ import typing
 
 import jmespath.parser
 import pytest
-import yaml
 from anthropic.types import message_create_params as anthropic_params
 from anthropic.types.beta import message_create_params as anthropic_beta_params
 from openai.types.chat import completion_create_params as chat_params
 from openai.types.responses import response_create_params as responses_params
 
 import engine
+from engine import yamlsrc
 from engine.ruleset import BUILTIN_RULES
 
 SDK_REQUEST_TYPES = {
@@ -48,7 +48,8 @@ def sdk_fields(protocol: str) -> set[str]:
 
 
 def decoder(protocol: str) -> dict:
-    return yaml.safe_load((BUILTIN_RULES / protocol / "request.decode.yaml").read_text())
+    path = BUILTIN_RULES / protocol / "request.decode.yaml"
+    return yamlsrc.load(path.read_text(encoding="utf-8"), str(path))[0]
 
 
 def _roots(ast: dict) -> set[str]:
@@ -73,34 +74,25 @@ def _selector_roots(text: str) -> set[str]:
     return _roots(_PARSER.parse(text).parsed)
 
 
-# Construct options whose value is a name or a description, not a template.
-_NOT_TEMPLATES = {"$what", "$hook", "$table", "$param", "$flat"}
-
-
 def read_fields(doc: dict) -> set[str]:
     """Top-level request fields the decoder's output template reads. Item templates under
     `$map`'s `$as` / `$where` see list items, not the request, so they do not count."""
+    from engine.registry import children
+
     templates = doc.get("templates") or {}
     seen_refs: set[str] = set()
 
     def walk(node) -> set[str]:
         if isinstance(node, str):
             return _selector_roots(node)
-        if isinstance(node, list):
-            return set().union(*(walk(n) for n in node)) if node else set()
-        if not isinstance(node, dict):
-            return set()
-        if "$map" in node:
-            return walk(node["$map"])
-        if "$ref" in node:
+        if isinstance(node, dict) and "$ref" in node:
             name = node["$ref"]
             if name in seen_refs:
                 return set()
             seen_refs.add(name)
             return walk(templates[name])
-        if "$lit" in node or "$reject" in node or "$error" in node:
-            return set()
-        return set().union(set(), *(walk(v) for k, v in node.items() if k not in _NOT_TEMPLATES))
+        # children the registry lists; those under $map items (which bind $parent) read items
+        return set().union(set(), *(walk(child) for child, _, _, bound in children(node) if "parent" not in bound))
 
     return walk(doc["output"])
 

@@ -40,9 +40,9 @@ state: {n: 0}
 on:
   ping:
     - steps:
-        - emit: {type: "'error'", message: "$state.n"}
+        - emit: {type: !lit error, message: "$state.n"}
         - set: {n: 1}
-        - emit: {type: "'error'", message: "$state.n"}
+        - emit: {type: !lit error, message: "$state.n"}
 """
     assert [e["message"] for e in decode(text, {"type": "ping"})] == [0, 1]
 
@@ -50,7 +50,7 @@ on:
 @pytest.mark.parametrize("order", ["a_first", "b_first"])
 def test_keys_of_a_set_step_are_independent_of_their_order(order):
     # Every value is evaluated before any is assigned: swapping the keys changes nothing.
-    pair = ["a: $state.b", "b: \"'new'\""]
+    pair = ["a: $state.b", "b: !lit new"]
     body = ", ".join(pair if order == "a_first" else pair[::-1])
     text = HEAD + f"""\
 state: {{a: null, b: "old"}}
@@ -58,7 +58,7 @@ on:
   ping:
     - steps:
         - set: {{{body}}}
-        - emit: {{type: "'error'", message: "$state.a", code: "$state.b"}}
+        - emit: {{type: !lit error, message: "$state.a", code: "$state.b"}}
 """
     (ev,) = decode(text, {"type": "ping"})
     assert (ev["message"], ev["code"]) == ("old", "new")
@@ -69,8 +69,8 @@ def test_a_let_binding_is_seen_by_the_steps_after_it():
 on:
   ping:
     - steps:
-        - let: {said: {$hook: text.join, $args: {values: ["'a'", "'b'"]}}}
-        - emit: {type: "'error'", message: $said}
+        - let: {said: {$hook: text.join, $args: {values: [!lit a, !lit b]}}}
+        - emit: {type: !lit error, message: $said}
 """
     assert decode(text, {"type": "ping"}) == [{"type": "error", "message": "ab"}]
 
@@ -80,8 +80,8 @@ def test_a_name_read_before_its_let_is_a_load_error():
 on:
   ping:
     - steps:
-        - emit: {type: "'error'", message: $said}
-        - let: {said: "'x'"}
+        - emit: {type: !lit error, message: $said}
+        - let: {said: !lit x}
 """
     with pytest.raises(engine.RuleError) as err:
         rules(text)
@@ -92,7 +92,7 @@ def test_a_v1_transition_is_a_load_error_saying_how_to_write_it():
     text = HEAD + """\
 on:
   ping:
-    - do: {$hook: trace, $args: {message: "'x'"}}
+    - do: {$hook: trace, $args: {message: !lit x}}
       emit: []
 """
     with pytest.raises(engine.RuleError) as err:
@@ -126,12 +126,12 @@ def test_template_inputs_are_declared_params_passed_by_the_caller():
 on:
   ping:
     - steps:
-        - let: {x: "'outer'"}
-        - emit: [{$ref: t, $args: {p: "'given'"}}, {$ref: t}]
+        - let: {x: !lit outer}
+        - emit: [{$ref: t, $args: {p: !lit given}}, {$ref: t}]
 templates:
   t:
     params: [p]
-    body: {type: "'error'", message: {$first: [$p, "'none'"]}}
+    body: {type: !lit error, message: {$first: [$p, !lit none]}}
 """
     # A param not passed is null, even where the caller has a name of its own.
     assert [e["message"] for e in decode(text, {"type": "ping"})] == ["given", "none"]
@@ -144,7 +144,7 @@ on:
     - steps:
         - emit: {$ref: t}
 templates:
-  t: {type: "'error'", message: $delta}
+  t: {type: !lit error, message: $delta}
 """
     with pytest.raises(engine.RuleError) as err:
         rules(text)
@@ -156,9 +156,9 @@ def test_a_ref_argument_the_template_does_not_declare_is_a_load_error():
 on:
   ping:
     - steps:
-        - emit: {$ref: t, $args: {q: "'x'"}}
+        - emit: {$ref: t, $args: {q: !lit x}}
 templates:
-  t: {params: [p], body: {type: "'error'", message: $p}}
+  t: {params: [p], body: {type: !lit error, message: $p}}
 """
     with pytest.raises(engine.RuleError) as err:
         rules(text)
@@ -172,9 +172,9 @@ state:
 on:
   ping:
     - steps:
-        - let: {a: {$hook: tools.index, $args: {index: "'x'"}}, b: {$hook: tools.index, $args: {index: "'y'"}}}
-        - let: {again: {$hook: tools.index, $args: {index: "'x'"}}}
-        - emit: {type: "'error'", message: [$a, $b, $again]}
+        - let: {a: {$hook: tools.index, $args: {index: !lit x}}, b: {$hook: tools.index, $args: {index: !lit y}}}
+        - let: {again: {$hook: tools.index, $args: {index: !lit x}}}
+        - emit: {type: !lit error, message: [$a, $b, $again]}
 """
     compiled = rules(text)
     ctx = engine.Context(CHAT, ANTHROPIC)

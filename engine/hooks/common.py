@@ -1,7 +1,6 @@
 """Small stateless hooks shared by every codec: JSON arguments, sums, data URLs, ids."""
 from __future__ import annotations
 
-import json
 import re
 import time
 
@@ -76,10 +75,6 @@ def now(scope):
     return int(time.time())
 
 
-def now_float(scope):
-    return time.time()
-
-
 def trace(scope, message=""):
     """Record a trace line (never payload text) on the request context."""
     if scope.ctx is not None:
@@ -87,28 +82,8 @@ def trace(scope, message=""):
     return None
 
 
-def state_get(scope, key=None, default=None):
-    return scope.vars["state"].get(key, default)
-
-
-def counter(scope, name="next"):
-    """Next value of a per-stream counter (0, 1, 2...)."""
-    state = scope.vars["state"]
-    value = state.get(name, 0)
-    state[name] = value + 1
-    return value
-
-
-def json_loads(scope, text=None):
-    try:
-        return json.loads(text) if isinstance(text, str) else text
-    except ValueError:
-        scope.fail("not valid JSON")
-
-
 HOOKS = {
     "json.dumps": json_dumps,
-    "json.loads": json_loads,
     "arguments.parse": parse_arguments,
     "math.total": total,
     "math.minus_floor0": minus_floor0,
@@ -117,10 +92,7 @@ HOOKS = {
     "text.join": join,
     "id.prefixed": prefixed,
     "time.now": now,
-    "time.now_float": now_float,
     "trace": trace,
-    "state.get": state_get,
-    "state.counter": counter,
 }
 
 # A hook that must not be reachable from rules would go here; InvalidRequest is

@@ -9,15 +9,6 @@ from __future__ import annotations
 SEP = "\n\n"  # between a reasoning item's summary (or content) parts in one IR text
 
 
-# --- shared -------------------------------------------------------------------------
-
-
-def nulls(scope, keys=None):
-    """``{key: None}`` for each key: merged under a template's object so that wire fields
-    the protocol types as required-but-nullable are sent as ``null`` rather than left out."""
-    return {k: None for k in keys or ()}
-
-
 # --- requests -----------------------------------------------------------------------
 
 
@@ -105,7 +96,6 @@ def number_items(scope, items=None, response_id=None):
 
 
 HOOKS = {
-    "responses.nulls": nulls,
     "responses.group_turns": group_turns,
     "responses.merge_messages": merge_messages,
     "responses.is_custom_call": is_custom_call,
