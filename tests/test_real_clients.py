@@ -310,7 +310,10 @@ def test_gemini_cli_tool_loop(start_proxy, harness, agent_upstream, tmp_path, pr
     result = run([gemini, "-p", PROMPT, "--yolo"], gemini_env(tmp_path / "home", proxy.url), work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
-    check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
+    # Gemini CLI keeps no thought parts in its history (it marks its own calls with Gemini's
+    # skip_thought_signature_validator instead), so the provider's reasoning state, carried
+    # to it on a thought part, does not come back; the loop works without it.
+    check_upstream(agent_upstream, provider_protocol)
 
 
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
