@@ -176,6 +176,11 @@ SLOW_TESTS = frozenset({  # module::function (every parametrization)
     "test_capture.py::test_serve_capture_flag",
     "test_translate_cli.py::test_console_entry_point",
     "test_inspector.py::test_server_py_inspector_flag",
+    # every broken and valid override through both the linter and the loader (a second each)
+    "test_registry.py::test_lint_and_server_give_the_same_verdict_and_message",
+    "test_lint.py::test_each_broken_file_is_caught_on_its_line",
+    "test_registry.py::test_migrated_rules_load_as_v2_and_translate_byte_for_byte",
+    "test_reload.py::test_check_config_loads_the_rules",
     "test_hardening_yaml.py::test_a_second_server_block_is_refused_not_silently_merged",
     "test_hardening_yaml.py::test_an_alias_bomb_in_the_config_fails_at_once",
     "test_hardening_yaml.py::test_an_alias_bomb_in_a_rule_file_fails_at_once",
