@@ -149,14 +149,26 @@ class Proxy:
         info: dict[str, Any] = request[INFO_KEY]
         protocol = PATHS[paths.canonical(request.path)]
         self._authorize(request)
+        raw = await self.admit(request, info)
+        with self.slot(), self.tracing.request(request.headers, request.method, request.path, info):
+            return await self._proxy(request, protocol, info, raw)
+
+    async def admit(self, request: web.Request, info: dict) -> bytes:
+        """Open the request's capture and read its body, bounded in size and time, before it
+        takes a concurrency slot (a slow upload holds no slot)."""
         if self.recorder is not None:
             request[CAPTURE_KEY] = self.recorder.open(info["request_id"])
         if self.inspector is not None:
             request[CAPTURE_KEY] = self.inspector.open(info, request.get(CAPTURE_KEY))
         server = self.config.server
-        raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
-        with self.slot(), self.tracing.request(request.headers, request.method, request.path, info):
-            return await self._proxy(request, protocol, info, raw)
+        return await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
+
+    def route(self, model: str, protocol: str, info: dict) -> RouteMatch:
+        """The route for `model` from a `protocol` client, noted for the request's log line."""
+        match = self.router.resolve(model, protocol)
+        info.update(route=match.route, provider=match.provider.name, provider_protocol=match.provider.protocol,
+                    upstream_model=match.upstream_model)
+        return match
 
     @contextlib.contextmanager
     def slot(self):
@@ -196,10 +208,8 @@ class Proxy:
         stream = bool(body.get("stream"))
         info.update(model=model, stream=stream)
         assert self.router is not None
-        match = self.router.resolve(model, protocol)
+        match = self.route(model, protocol, info)
         provider = match.provider
-        info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
-                    upstream_model=match.upstream_model)
         plan = self.resilience.pools.plan(match)
         if plan is None:  # one key, no fallbacks: nothing to choose or retry
             return await self._serve_on(request, protocol, provider, match, body, raw, stream, info)

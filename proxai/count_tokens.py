@@ -81,10 +81,8 @@ async def count(proxy, protocol: str, request: web.Request, info: dict, raw: byt
     _check(protocol, body)
     model = body["model"]
     info["model"] = model
-    match = proxy.router.resolve(model, protocol)
+    match = proxy.route(model, protocol, info)
     provider = match.provider
-    info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
-                upstream_model=match.upstream_model)
     if provider.protocol == CHAT:
         return _estimate(protocol, body, info)
     if provider.protocol == protocol:

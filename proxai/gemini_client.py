@@ -76,12 +76,7 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
         if model.startswith("models/"):
             model = model[len("models/"):]
         authorize(proxy, request)
-        if proxy.recorder is not None:
-            request[capture_key] = proxy.recorder.open(info["request_id"])
-        if proxy.inspector is not None:
-            request[capture_key] = proxy.inspector.open(info, request.get(capture_key))
-        server = proxy.config.server
-        raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
+        raw = await proxy.admit(request, info)
         with proxy.slot(), proxy.tracing.request(request.headers, request.method, request.path, info):
             cap = request.get(capture_key)
             if cap is not None:
@@ -121,10 +116,8 @@ async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: s
     body = ingress.parse(GEMINI, raw)
     body["model"], body["stream"] = model, stream
     info.update(model=model, stream=stream)
-    match = proxy.router.resolve(model, GEMINI)
+    match = proxy.route(model, GEMINI, info)
     provider = match.provider
-    info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
-                upstream_model=match.upstream_model)
 
     async def serve_on(target) -> web.StreamResponse:
         if target.provider.protocol == GEMINI:
@@ -165,10 +158,8 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
     ingress.check(GEMINI, source)
     source["model"], source["stream"] = model, False
     info["model"] = model
-    match = proxy.router.resolve(model, GEMINI)
+    match = proxy.route(model, GEMINI, info)
     provider = match.provider
-    info.update(route=match.route, provider=provider.name, provider_protocol=provider.protocol,
-                upstream_model=match.upstream_model)
     if provider.protocol == CHAT:
         return _estimate(source, info)
     if provider.protocol == GEMINI:
