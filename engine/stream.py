@@ -10,7 +10,8 @@ whose items each do one thing (rules/README.md, "Stream rules"):
     - do: template              evaluate for effect (a stateful object's method)
     - set: {key: template}      assign $state keys
     - emit: [template, ...]     the events to emit (a list result is flattened)
-    - error: message            fail the stream with an upstream protocol error
+
+A stream fails as templates do, with ``{$fail: message}`` (an upstream protocol error).
 
 A step's own keys are independent (every value is evaluated before any is bound or
 assigned), so key order never matters. Per-stream state is the file's ``state:``:
@@ -34,7 +35,7 @@ IR_TERMINAL = "message_stop"
 #: the variables every stream template may read; others must be bound by a step
 #: (``let``), a template parameter, ``$let`` or ``$map``.
 GLOBALS = frozenset({"ctx", "state", "root"})
-STEP_ACTIONS = ("let", "do", "set", "emit", "error")
+STEP_ACTIONS = ("let", "do", "set", "emit")
 # Where a run's objects sit in its variables: not a name a selector can spell.
 _OBJECTS = "@objects"
 
@@ -115,6 +116,9 @@ class Transition:
         if not isinstance(steps, list):
             raise compiler.error(node, "`steps` is a list: one action per item, run in order", "steps")
         for step in steps:
+            if isinstance(step, dict) and "error" in step:
+                raise compiler.error(step, "a stream fails the way templates do: write "
+                                           "`- do: {$fail: \"<message>\"}` in place of `- error: <message>`", "error")
             actions = [k for k in step if k in STEP_ACTIONS] if isinstance(step, dict) else []
             if not isinstance(step, dict) or len(actions) != 1 or len(step) != 1:
                 raise compiler.error(step if isinstance(step, dict) else steps,
@@ -123,9 +127,6 @@ class Transition:
                                      "write each action as its own list item, in the order it must run")
             kind = actions[0]
             value = step[kind]
-            if kind == "error":
-                self.steps.append(("error", str(value)))
-                continue
             if kind in ("let", "set"):
                 if not isinstance(value, dict) or not value:
                     raise compiler.error(step, f"`{kind}` takes a mapping of name -> template", kind)
@@ -163,10 +164,8 @@ class Transition:
                 state = scope.vars["state"]
                 for key, value in values:
                     state[key] = value
-            elif kind == "do":
+            else:  # do
                 payload(scope)
-            else:
-                raise UpstreamProtocolError(payload, None, self.where)
 
 
 def _method_hook(obj_name: str, method: str):
