@@ -45,6 +45,19 @@ def sse_data(body: bytes) -> list[dict]:
     return out
 
 
+
+def summary(home: Path, request_id: str) -> dict:
+    """A request's summary file, once written whole: it follows the response's last byte,
+    which the client may have read a moment before."""
+    path, deadline = home / "captures" / f"{request_id}.summary.json", time.monotonic() + 3
+    while True:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
 def test_off_by_default_writes_nothing(home, proxy, mock):
     assert proxy.proxy.recorder is None
     status, _, _ = raw_post(proxy.url, "/v1/chat/completions", {"model": "anthropic/m", "messages": MESSAGES})
@@ -61,9 +74,9 @@ def test_translated_non_streaming_all_phases(home, harness, start_proxy, mock):
     assert status == 200
     files = sorted(f.name for f in (home / "captures").iterdir())
     assert files == sorted([f"cap-ns.{phase}.http" for phase in capture.PHASES] + ["cap-ns.summary.json"])
-    summary = json.loads((home / "captures" / "cap-ns.summary.json").read_text())
-    assert summary["method"] == "POST" and summary["model"] == "anthropic/claude-x" and summary["status"] == 200
-    assert set(summary) <= set(capture.SUMMARY_FIELDS)  # no bodies, no headers
+    doc = summary(home, "cap-ns")
+    assert doc["method"] == "POST" and doc["model"] == "anthropic/claude-x" and doc["status"] == 200
+    assert set(doc) <= set(capture.SUMMARY_FIELDS)  # no bodies, no headers
 
     inbound = read(home, "cap-ns", "inbound_request")
     assert inbound.start_line == "POST /v1/chat/completions HTTP/1.1"
@@ -127,11 +140,7 @@ def test_pass_through_stream_is_captured_identically_on_both_sides(home, harness
     assert read(home, "cap-pt", "upstream_response").body == body == read(home, "cap-pt", "outbound_response").body
     names = {f.name for f in (home / "captures").iterdir()} - {"cap-pt.summary.json"}
     assert names == {"cap-pt.upstream_response.http", "cap-pt.outbound_response.http"}
-    # The summary follows the stream's last byte, which the client may have read a moment before.
-    deadline = time.monotonic() + 3
-    while not (home / "captures" / "cap-pt.summary.json").exists() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert json.loads((home / "captures" / "cap-pt.summary.json").read_text())["status"] == 200
+    assert summary(home, "cap-pt")["status"] == 200
 
 
 @pytest.mark.parametrize("phase", capture.PHASES)
