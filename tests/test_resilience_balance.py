@@ -5,7 +5,6 @@ SDKs against mock deployments, checking what every deployment received."""
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -357,12 +356,12 @@ def test_the_capture_names_the_deployment_that_served(start_proxy, deployments):
     text = capture.file_path(root, request_id, "provider_request").read_text()
     assert text.startswith(f"POST {ups['b'].url}/v1/chat/completions")  # the last attempt's, b's
     assert f"x-proxai-served-by: {fingerprint(KEYS['b'])}" in text and "SECRET" not in text
-    summary_file = root / f"{request_id}{capture.SUMMARY_SUFFIX}"
-    for _ in range(200):  # written as the response ends, which the client may see a moment before
-        if summary_file.exists():
+    summary = capture.read_summary(request_id, root)
+    for _ in range(300):  # written whole as the response ends, which the client may see a moment before
+        if "route" in summary:
             break
         time.sleep(0.01)
-    summary = json.loads(summary_file.read_text())
+        summary = capture.read_summary(request_id, root)
     assert (summary["route"], summary["provider"], summary["key"], summary["attempts"]) == ("lb", "b", fingerprint(KEYS["b"]), 2)
 
 
