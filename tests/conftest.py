@@ -207,3 +207,13 @@ def pytest_collection_modifyitems(config, items):
                 or backend in ("sqlite", "redis")  # the memory backend stays in the quick tier
                 or any(item.get_closest_marker(m) for m in SLOW_MARKERS)):
             item.add_marker(pytest.mark.slow)
+
+
+def shared_state(backend: str, request, tmp_path) -> dict:
+    """The `state:` config of a store several instances share: one real redis-server
+    (flushed), or one SQLite file."""
+    if backend == "redis":
+        redis_server = request.getfixturevalue("redis_server")
+        redis_server.flush()
+        return {"backend": "redis", "url": redis_server.url}
+    return {"backend": "sqlite", "url": str(tmp_path / "state.db")}

@@ -14,6 +14,8 @@ import openai
 import pytest
 import yaml
 
+from conftest import shared_state
+
 from proxai import cli
 from proxai.config import load_dict
 from proxai.errors import ConfigError
@@ -323,12 +325,7 @@ def test_an_anthropic_client_over_balanced_anthropic_deployments(start_proxy, de
 @pytest.mark.parametrize("backend", ["redis", "sqlite"])
 def test_a_deployment_one_instance_saw_fail_is_skipped_by_the_other(start_proxy, deployments, backend, request, tmp_path):
     """The breaker lives in the shared store: over one real redis-server, or one SQLite file."""
-    if backend == "redis":
-        redis_server = request.getfixturevalue("redis_server")
-        redis_server.flush()
-        state = {"backend": "redis", "url": redis_server.url}
-    else:
-        state = {"backend": "sqlite", "url": str(tmp_path / "state.db")}
+    state = shared_state(backend, request, tmp_path)
     ups = deployments("a", "b")
     doc = balanced(ups, resilience={"sync_secs": 0, "breaker": {"failures": 1, "window_secs": 30, "open_secs": 30}})
     doc["state"] = state

@@ -13,6 +13,8 @@ import anthropic
 import openai
 import pytest
 
+from conftest import shared_state
+
 from bench.redis_server import free_port
 from proxai.mock import Error, MockUpstream, Stream, Text, Turn
 from proxai.pools import fingerprint
@@ -360,12 +362,7 @@ def test_weighted_prefers_the_heavier_key(start_proxy, upstreams):
 @pytest.mark.parametrize("backend", ["redis", "sqlite"])
 def test_two_instances_share_a_cooldown(start_proxy, upstreams, backend, request, tmp_path):
     """Over one real redis-server (instances on several machines), or one SQLite file (--workers)."""
-    if backend == "redis":
-        redis_server = request.getfixturevalue("redis_server")
-        redis_server.flush()
-        state = {"backend": "redis", "url": redis_server.url}
-    else:
-        state = {"backend": "sqlite", "url": str(tmp_path / "state.db")}
+    state = shared_state(backend, request, tmp_path)
     up = upstreams()
     doc = config({"pool": provider(CHAT, up.url, [KEY_A, KEY_B])}, "pool", state=state)
     first, second = start_proxy(doc), start_proxy(doc)
