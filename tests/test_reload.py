@@ -25,18 +25,10 @@ from proxai.app import PROXY_KEY, build_app, make_runner
 from proxai.config import load_file
 from proxai.mock import Text, Turn
 from test_passthrough_e2e import MESSAGES, raw_post
+from test_rules_override_e2e import OVERRIDE  # Anthropic pause_turn reaches Chat clients as `length`
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Anthropic pause_turn reaches Chat clients as `length` instead of `stop`.
-OVERRIDE = """\
-kind: tables
-tables:
-  - name: ir.stop->openai_chat_completions.finish_reason
-    from: ir.stop
-    map:
-      pause_turn: length
-"""
 
 
 class Served:
