@@ -19,12 +19,15 @@ from pathlib import Path
 
 import orjson
 
-from bench import micro, payloads, procstat, report
+from bench import micro, payloads, placement, procstat, report
 from bench.payloads import ANTHROPIC, PATHS, PROTOCOLS, SHORT, TERMINAL
 from bench.processes import BENCH_KEY, ROOT, Driver, Proxy, Upstream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("json", "stream")
+# The stream targets are for 200-event streams: 190 deltas make upstream streams of
+# 196 (Chat), 204 (Responses) and 200 (Anthropic) events.
+STREAM_DELTAS = 190
 
 
 @dataclass
@@ -103,15 +106,17 @@ def run(opts: argparse.Namespace) -> dict:
         "options": {k: v for k, v in vars(opts).items()},
         "memory_rounds": [],
     }
+    where = placement.choose(opts.pin)
+    result["placement"] = where.as_dict()
     if not opts.no_micro:
         log(opts, "micro benchmarks (engine only)")
         result["micro"] = micro.run(opts.micro_seconds, opts.deltas)
     upstream = driver = proxy = None
     try:
-        upstream = Upstream(opts.deltas, opts.events_per_write, opts.gap_ms)
-        driver = Driver()
-        log(opts, f"starting the proxy {opts.proxy_args or ''}".rstrip())
-        proxy = Proxy(upstream.url, workdir, opts.proxy_log_level, opts.proxy_args, profile_to)
+        upstream = Upstream(opts.deltas, opts.events_per_write, opts.gap_ms, cpus=where.load)
+        driver = Driver(cpus=where.load)
+        log(opts, f"starting the proxy {opts.proxy_args or ''}".rstrip() + f"; {where.describe()}")
+        proxy = Proxy(upstream.url, workdir, opts.proxy_log_level, opts.proxy_args, profile_to, cpus=where.proxy)
         result["proxy"] = {"startup_s": proxy.startup_s, "args": opts.proxy_args, "log_level": opts.proxy_log_level}
         if "micro" in result:
             result["micro"]["startup"].update(micro.startup(str(proxy.config_file)))
@@ -228,7 +233,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=0, help="also stop each case after this many requests (0: no cap)")
     p.add_argument("--pairs", type=_csv, default=["*"], help="client->provider globs, e.g. 'chat->*,*->anthropic' (default all)")
     p.add_argument("--modes", type=_csv, default=list(MODES), help="json, stream or both (default json,stream)")
-    p.add_argument("--deltas", type=int, default=payloads.DEFAULT_DELTAS, help="content deltas per upstream stream")
+    p.add_argument("--deltas", type=int, default=STREAM_DELTAS,
+                   help=f"content deltas per upstream stream (default {STREAM_DELTAS}: ~200 events)")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin the proxy to one CPU and the load driver + mock upstream to the others "
+                        "(default: on with 2+ CPUs)")
     p.add_argument("--events-per-write", type=int, default=1, help="upstream SSE events per socket write (default 1)")
     p.add_argument("--gap-ms", type=float, default=0.0,
                    help="upstream pause between stream writes (default 0: as fast as possible)")
