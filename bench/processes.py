@@ -51,9 +51,9 @@ def stop(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
 
 class Upstream:
     def __init__(self, deltas: int, events_per_write: int = 1, gap_ms: float = 0.0,
-                 cpus: tuple[int, ...] | None = None):
+                 cpus: tuple[int, ...] | None = None, hold_after: int = 0):
         cmd = [PYTHON, "-m", "bench.upstream", "--port", "0", "--deltas", str(deltas),
-               "--events-per-write", str(events_per_write), "--gap-ms", str(gap_ms)]
+               "--events-per-write", str(events_per_write), "--gap-ms", str(gap_ms), "--hold-after", str(hold_after)]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True,
                                      preexec_fn=pin_child(cpus))
         line = self.proc.stdout.readline()
@@ -100,9 +100,10 @@ class Proxy:
 
     def __init__(self, upstream_url: str, workdir: Path, log_level: str = "info", extra_args: str = "",
                  profile_to: Path | None = None, startup_timeout: float = 30.0, state: dict | None = None,
-                 cpus: tuple[int, ...] | None = None, config: dict | None = None):
+                 cpus: tuple[int, ...] | None = None, config: dict | None = None, wrapper: list[str] | None = None):
         """`cpus`: pin the proxy and the workers it forks to these CPUs. `config`: the config to run
-        (its server.port is set here), instead of proxy_config(...)."""
+        (its server.port is set here), instead of proxy_config(...). `wrapper`: interpreter arguments
+        that run server.py under another module (`-m bench.memprobe ...`)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_file = workdir / "proxy-config.yaml"
@@ -116,6 +117,8 @@ class Proxy:
         cmd = [PYTHON]
         if profile_to is not None:
             cmd += ["-m", "pyinstrument", "--renderer", "pyisession", "--outfile", str(profile_to)]
+        elif wrapper:
+            cmd += list(wrapper)
         cmd += [str(ROOT / "server.py"), "--config", str(self.config_file), "--port", str(self.port)]
         cmd += shlex.split(extra_args)
         self.command = cmd
