@@ -129,15 +129,16 @@ class HeldStream:
     """One streaming request over a raw connection: sent, read up to its first SSE data event, then held."""
 
     def __init__(self):
+        self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.first: bytes | None = None
         self.error: str | None = None
 
     async def open(self, port: int, path: str, head: bytes, body: bytes, timeout: float) -> None:
         try:
-            reader, self.writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
+            self.reader, self.writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
             self.writer.write(head + body)
-            self.first = await asyncio.wait_for(_first_event(reader), timeout)
+            self.first = await asyncio.wait_for(_first_event(self.reader), timeout)
         except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as exc:
             self.error = f"{type(exc).__name__}: {exc}"[:300]
 
@@ -257,7 +258,9 @@ async def cycle(proxy: Proxy, client: str, provider: str, n: int, base_fds: int,
     held = memory(proxy.pid)
     tm = probe.take() if probe is not None else None
     health = await healthy(session, proxy.url, client, provider)
-    still_open = sum(1 for s in streams if s.writer is not None and not s.writer.transport.is_closing())
+    # held open: the proxy did not end the stream nor close the connection
+    still_open = sum(1 for s in streams if s.writer is not None and not s.writer.transport.is_closing()
+                     and not s.reader.at_eof())
     await close_streams(streams)
     fds_after = await wait_fds(proxy.pid, base_fds + 4, 60)
     await asyncio.sleep(SETTLE_S)
