@@ -263,7 +263,8 @@ def markdown(result: dict) -> str:
         lines += ["## Targets", "", "| target | goal | measured | verdict |", "|---|---|---|---|"]
         lines += [f"| {t['target']} | {t['goal']} | {t['measured']} | {t['verdict']} |" for t in targets(result)]
         lines.append("")
-        lines += _json_table(result) + _stream_table(result, events) + _ceiling(result) + _memory(result, proxy)
+        lines += _json_table(result) + _stream_table(result, events) + _scaling(result) + _ceiling(result)
+        lines += _memory(result, proxy)
     if result.get("micro"):
         lines += ["## Engine alone (no network)", "", micro.table(result["micro"]), ""]
     if result.get("profile"):
@@ -334,6 +335,41 @@ def _errors(s: dict) -> str:
     if not s["errors"]:
         return "0"
     return f"{s['errors']}/{s['requests'] + s['errors']}: {_cell(s['first_error'], 80)}"
+
+
+def _scaling(result: dict) -> list[str]:
+    sc = result.get("scaling") or {}
+    if not sc.get("cases"):
+        return []
+    w = sc["workers"]
+    lines = [
+        f"## `--workers` scaling: 1 worker on one CPU, {w} workers on {w}",
+        "",
+        f"Placement of the {w}-worker proxy: {sc['placement']['description']}.",
+        "",
+        f"| case | c | 1 worker req/s | {w} workers req/s | × | 1 worker CPU ms/req | {w} workers CPU ms/req | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    capacity = []
+    for case in sc["cases"]:
+        one, many = summarize(case["runs"]["1"]), summarize(case["runs"][str(w)])
+        errors = one["errors"] + many["errors"]
+        lines.append(f"| {case['name']} | {case['c']} | {_fmt(one['rps'], 0)} | {_fmt(many['rps'], 0)} | "
+                     f"{_x(_ratio(many['rps'], one['rps']))} | {_fmt(one['cpu_ms'], 3)} | {_fmt(many['cpu_ms'], 3)} | "
+                     f"{errors or 0}{': ' + _cell(one['first_error'] or many['first_error'], 80) if errors else ''} |")
+        if one["cpu_ms"]:
+            capacity.append((case["name"], case["c"], 1000 / one["cpu_ms"], _ratio(many["rps"], one["rps"]), case["mode"]))
+    capacity = [x for x in capacity if x[4] == "json"] or capacity
+    if capacity:
+        name, c, per_core, gain, _mode = min(capacity, key=lambda x: x[2])
+        shared = bool(set(sc["placement"].get("proxy") or ()) & set(sc["placement"].get("load") or ()))
+        lines += ["", f"Workers share nothing (SO_REUSEPORT spreads connections), so with cores to spare for the load "
+                  f"throughput grows about linearly with workers until the cores run out: one core serves about "
+                  f"{per_core:,.0f} req/s of {name} at c={c} at this CPU per request (1000 / CPU ms per request), "
+                  f"N cores about N times that."
+                  + (f" Here the second worker shares its CPU with the load driver and the mock upstream, so the "
+                     f"measured gain ({_x(gain)}) understates what a second free core gives." if shared else "")]
+    return lines + [""]
 
 
 def _ceiling(result: dict) -> list[str]:
