@@ -410,6 +410,10 @@ def markdown(result: dict) -> str:
         lines += ["", "| line | KiB/stream | blocks/stream |", "|---|---:|---:|"]
         lines += [f"| {s['where']} | {s['kib'] / n:.2f} | {s['blocks'] / n:.1f} |"
                   for s in t["by_line"][:20] if s["kib"] / n >= 0.05]
+        if t.get("by_traceback"):
+            lines += ["", "Largest by call stack (innermost frame first):", ""]
+            lines += [f"- {s['kib'] / n:.2f} KiB/stream: {' <- '.join(reversed(s['frames']))}"
+                      for s in t["by_traceback"][:10] if s["kib"] / n >= 0.05]
     return "\n".join(lines) + "\n"
 
 

@@ -53,12 +53,16 @@ def install(out: Path) -> None:
         state["k"] += 1
         by_line = snapshot.compare_to(state["baseline"], "lineno")
         by_file = snapshot.compare_to(state["baseline"], "filename")
+        by_trace = snapshot.compare_to(state["baseline"], "traceback") if tracemalloc.get_traceback_limit() > 1 else []
         report = {
             "pid": os.getpid(),
             "total_kib": sum(s.size_diff for s in by_file) / 1024,
             "total_blocks": sum(s.count_diff for s in by_file),
             "by_line": _stats(by_line, TOP),
             "by_file": _stats(by_file, TOP),
+            "by_traceback": [{"kib": t.size_diff / 1024, "blocks": t.count_diff,
+                              "frames": [f"{_short(f.filename)}:{f.lineno}" for f in t.traceback]}
+                             for t in by_trace[:15]],
         }
         path = out / f"tracemalloc-{os.getpid()}-{state['k']}.json"
         tmp = path.with_suffix(".tmp")
