@@ -306,7 +306,7 @@ async def measure(upstream: Upstream, workdir: Path, client: str, provider: str,
     if tracemalloc_frames:
         wrapper = ["-X", f"tracemalloc={tracemalloc_frames}", "-m", "bench.memprobe", "--out", str(workdir)]
     proxy = Proxy(upstream.url, workdir, extra_args=f"--workers {workers}" if workers > 1 else "", config=config,
-                  wrapper=wrapper)
+                  wrapper=wrapper, startup_timeout=180 if tracemalloc_frames else 30)
     record: dict = {"pair": f"{SHORT[client]}->{SHORT[provider]}", "client": client, "provider": provider, "n": n,
                     "workers": workers, "tracemalloc": bool(tracemalloc_frames),
                     "limits": {k: config["server"][k] for k in ("max_concurrent_requests", "max_connections")},

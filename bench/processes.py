@@ -145,7 +145,8 @@ class Proxy:
 
     def log_tail(self, lines: int = 20) -> str:
         try:
-            self.log.flush()
+            if not self.log.closed:
+                self.log.flush()
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
