@@ -68,5 +68,29 @@ def pin_child(cpus: tuple[int, ...] | None):
     return pin
 
 
+def calibrate(cpus: tuple[int, ...] | None = None, repeats: int = 5) -> float:
+    """Milliseconds of a fixed pure-Python workload on `cpus` (best of `repeats`): how fast the
+    proxy's CPU is right now. On a shared or virtual machine it drifts; runs compare only at
+    a similar figure."""
+    import time
+
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if cpus and before is not None:
+        os.sched_setaffinity(0, set(cpus))
+    try:
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            d: dict = {}
+            for i in range(100_000):
+                d[str(i)] = i * i
+            sum(d.values())
+            best = min(best, time.perf_counter() - t0)
+        return best * 1000
+    finally:
+        if cpus and before is not None:
+            os.sched_setaffinity(0, before)
+
+
 def _cpus(cpus) -> str:
     return ",".join(str(c) for c in cpus) if cpus else "-"

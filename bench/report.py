@@ -262,7 +262,8 @@ def markdown(result: dict) -> str:
         f"({', '.join(f'{SHORT[p]} {n}' for p, n in events.items())} upstream events"
         f"{_pacing(o)}), "
         f"proxy log level {o.get('proxy_log_level')}" + (f", proxy args `{o['proxy_args']}`" if o.get("proxy_args") else ""),
-        f"- placement: {(result.get('placement') or {}).get('description', 'not pinned')}",
+        f"- placement: {(result.get('placement') or {}).get('description', 'not pinned')}"
+        + _calibration(result),
         f"- medians over rounds; "
         f"+ = proxy minus direct, × = proxy / direct" + (f"; wall time {result['wall_s']:.0f} s" if "wall_s" in result else ""),
         "",
@@ -278,6 +279,14 @@ def markdown(result: dict) -> str:
     if result.get("profile"):
         lines += [f"Profile of the proxy (pyinstrument): {', '.join(result['profile'])}", ""]
     return "\n".join(lines)
+
+
+def _calibration(result: dict) -> str:
+    cal = result.get("calibration_ms") or []
+    if not cal:
+        return ""
+    return (f"; CPU speed check (a fixed Python loop on the proxy's CPU, lower is faster): "
+            f"{' then '.join(f'{c:.1f}' for c in cal)} ms at start and end; compare runs only at similar figures")
 
 
 def _pacing(o: dict) -> str:

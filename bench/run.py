@@ -111,6 +111,7 @@ def run(opts: argparse.Namespace) -> dict:
     }
     where = placement.choose(opts.pin)
     result["placement"] = where.as_dict()
+    result["calibration_ms"] = [placement.calibrate(where.proxy)]
     if not opts.no_micro:
         log(opts, "micro benchmarks (engine only)")
         result["micro"] = micro.run(opts.micro_seconds, opts.deltas)
@@ -143,6 +144,7 @@ def run(opts: argparse.Namespace) -> dict:
         result["ceiling"] = [{"concurrency": c, "runs": runs} for c, runs in ceiling_runs.items()]
         end = procstat.sample(proxy.pid)
         result["proxy"].update(cpu_s_total=end.cpu_s - before.cpu_s, rss_kb_at_end=end.rss_kb, peak_rss_kb=end.hwm_kb)
+        result["calibration_ms"].append(placement.calibrate(where.proxy))
         if opts.scaling and "--workers" not in opts.proxy_args:
             result["scaling"] = scaling(driver, upstream, proxy, groups, workdir, opts)
     finally:
