@@ -16,6 +16,7 @@ import orjson
 import yaml
 
 from bench.payloads import ANTHROPIC, PROTOCOLS, SHORT
+from bench.placement import pin_child
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -49,10 +50,12 @@ def stop(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
 
 
 class Upstream:
-    def __init__(self, deltas: int, events_per_write: int = 1, gap_ms: float = 0.0):
+    def __init__(self, deltas: int, events_per_write: int = 1, gap_ms: float = 0.0,
+                 cpus: tuple[int, ...] | None = None, hold_after: int = 0):
         cmd = [PYTHON, "-m", "bench.upstream", "--port", "0", "--deltas", str(deltas),
-               "--events-per-write", str(events_per_write), "--gap-ms", str(gap_ms)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True)
+               "--events-per-write", str(events_per_write), "--gap-ms", str(gap_ms), "--hold-after", str(hold_after)]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True,
+                                     preexec_fn=pin_child(cpus))
         line = self.proc.stdout.readline()
         if not line.startswith("PORT "):
             stop(self.proc)
@@ -96,21 +99,32 @@ class Proxy:
     """server.py --config <generated> --port <free>, timed from spawn to a healthy /healthz."""
 
     def __init__(self, upstream_url: str, workdir: Path, log_level: str = "info", extra_args: str = "",
-                 profile_to: Path | None = None, startup_timeout: float = 30.0, state: dict | None = None):
+                 profile_to: Path | None = None, startup_timeout: float = 30.0, state: dict | None = None,
+                 cpus: tuple[int, ...] | None = None, config: dict | None = None, wrapper: list[str] | None = None):
+        """`cpus`: pin the proxy and the workers it forks to these CPUs. `config`: the config to run
+        (its server.port is set here), instead of proxy_config(...). `wrapper`: interpreter arguments
+        that run server.py under another module (`-m bench.memprobe ...`)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config_file = workdir / "proxy-config.yaml"
-        self.config_file.write_text(yaml.safe_dump(proxy_config(upstream_url, self.port, log_level, state), sort_keys=False))
+        if config is None:
+            config = proxy_config(upstream_url, self.port, log_level, state)
+        else:
+            config = {**config, "server": {**config.get("server", {}), "port": self.port}}
+        self.config_file.write_text(yaml.safe_dump(config, sort_keys=False))
         self.log_file = workdir / "proxy.log"
         self.log = open(self.log_file, "wb")
         cmd = [PYTHON]
         if profile_to is not None:
             cmd += ["-m", "pyinstrument", "--renderer", "pyisession", "--outfile", str(profile_to)]
+        elif wrapper:
+            cmd += list(wrapper)
         cmd += [str(ROOT / "server.py"), "--config", str(self.config_file), "--port", str(self.port)]
         cmd += shlex.split(extra_args)
         self.command = cmd
         started = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=self.log, stderr=subprocess.STDOUT,
+                                     preexec_fn=pin_child(cpus))
         self.pid = self.proc.pid
         self.startup_s = self._wait_healthy(started, startup_timeout)
 
@@ -131,7 +145,8 @@ class Proxy:
 
     def log_tail(self, lines: int = 20) -> str:
         try:
-            self.log.flush()
+            if not self.log.closed:
+                self.log.flush()
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
@@ -147,9 +162,9 @@ class Proxy:
 class Driver:
     """The load driver process; `run(job)` sends one job and waits for its result."""
 
-    def __init__(self):
+    def __init__(self, cpus: tuple[int, ...] | None = None):
         self.proc = subprocess.Popen([PYTHON, "-m", "bench.driver"], cwd=ROOT, env=_env(),
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, preexec_fn=pin_child(cpus))
 
     def run(self, job: dict) -> dict:
         self.proc.stdin.write(orjson.dumps(job) + b"\n")

@@ -19,12 +19,18 @@ from pathlib import Path
 
 import orjson
 
-from bench import micro, payloads, procstat, report
+from bench import micro, payloads, placement, procstat, report
 from bench.payloads import ANTHROPIC, PATHS, PROTOCOLS, SHORT, TERMINAL
 from bench.processes import BENCH_KEY, ROOT, Driver, Proxy, Upstream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("json", "stream")
+# The --workers scaling case: these pairs, 1 worker on one CPU against 2 workers on two.
+SCALING_PAIRS = ("chat->chat", "chat->anthropic")
+SCALING_WORKERS = 2
+# The issue's stream targets are for 200-event streams: 190 deltas make upstream streams of
+# 196 (Chat), 204 (Responses) and 200 (Anthropic) events.
+STREAM_DELTAS = 190
 
 
 @dataclass
@@ -103,15 +109,18 @@ def run(opts: argparse.Namespace) -> dict:
         "options": {k: v for k, v in vars(opts).items()},
         "memory_rounds": [],
     }
+    where = placement.choose(opts.pin)
+    result["placement"] = where.as_dict()
+    result["calibration_ms"] = [placement.calibrate(where.proxy)]
     if not opts.no_micro:
         log(opts, "micro benchmarks (engine only)")
         result["micro"] = micro.run(opts.micro_seconds, opts.deltas)
     upstream = driver = proxy = None
     try:
-        upstream = Upstream(opts.deltas, opts.events_per_write, opts.gap_ms)
-        driver = Driver()
-        log(opts, f"starting the proxy {opts.proxy_args or ''}".rstrip())
-        proxy = Proxy(upstream.url, workdir, opts.proxy_log_level, opts.proxy_args, profile_to)
+        upstream = Upstream(opts.deltas, opts.events_per_write, opts.gap_ms, cpus=where.load)
+        driver = Driver(cpus=where.load)
+        log(opts, f"starting the proxy {opts.proxy_args or ''}".rstrip() + f"; {where.describe()}")
+        proxy = Proxy(upstream.url, workdir, opts.proxy_log_level, opts.proxy_args, profile_to, cpus=where.proxy)
         result["proxy"] = {"startup_s": proxy.startup_s, "args": opts.proxy_args, "log_level": opts.proxy_log_level}
         if "micro" in result:
             result["micro"]["startup"].update(micro.startup(str(proxy.config_file)))
@@ -135,6 +144,9 @@ def run(opts: argparse.Namespace) -> dict:
         result["ceiling"] = [{"concurrency": c, "runs": runs} for c, runs in ceiling_runs.items()]
         end = procstat.sample(proxy.pid)
         result["proxy"].update(cpu_s_total=end.cpu_s - before.cpu_s, rss_kb_at_end=end.rss_kb, peak_rss_kb=end.hwm_kb)
+        result["calibration_ms"].append(placement.calibrate(where.proxy))
+        if opts.scaling and "--workers" not in opts.proxy_args:
+            result["scaling"] = scaling(driver, upstream, proxy, groups, workdir, opts)
     finally:
         for p in (driver, proxy, upstream):
             if p is not None:
@@ -148,6 +160,43 @@ def run(opts: argparse.Namespace) -> dict:
     path.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     result["json_path"] = str(path)
     return result
+
+
+def scaling(driver: Driver, upstream: Upstream, proxy: Proxy, groups: list[list[Target]], workdir: Path, opts) -> dict:
+    """1 worker (the proxy of the main rounds, on its CPU) against SCALING_WORKERS workers on as many
+    CPUs, interleaved over rounds, at the high concurrency levels."""
+    where = placement.choose(opts.pin, proxy_cores=SCALING_WORKERS)
+    chosen = [t for g in groups for t in g if t.kind == "proxy" and t.pair in SCALING_PAIRS and t.error is None]
+    levels = [c for c in opts.concurrency if c >= 16] or [max(opts.concurrency)]
+    out: dict = {"workers": SCALING_WORKERS, "placement": where.as_dict(), "levels": levels, "cases": []}
+    if not chosen:
+        return out
+    log(opts, f"--workers scaling: 1 worker against {SCALING_WORKERS}; {where.describe()}")
+    wd = workdir / "scaling"
+    wd.mkdir(exist_ok=True)
+    args = f"{opts.proxy_args} --workers {SCALING_WORKERS}".strip()
+    many = Proxy(upstream.url, wd, opts.proxy_log_level, args, cpus=where.proxy)
+    try:
+        cases = {(t.name, c): {"name": t.name, "pair": t.pair, "mode": t.mode, "c": c, "runs": {"1": [], str(SCALING_WORKERS): []}}
+                 for t in chosen for c in levels}
+        for r in range(opts.rounds):
+            for c in levels:
+                for t in rotate(chosen, r):
+                    for workers, p in rotate([(1, proxy), (SCALING_WORKERS, many)], r):
+                        job = {**t.job(upstream.url, p.url), "concurrency": c, "seconds": opts.seconds,
+                               "max_requests": opts.requests}
+                        p0 = procstat.sample(p.pid)
+                        res = driver.run(job)
+                        p1 = procstat.sample(p.pid)
+                        n = max(1, res.get("requests", 0) + res.get("errors", 0))
+                        res["proxy_cpu_ms_per_req"] = (p1.cpu_s - p0.cpu_s) / n * 1000
+                        cases[(t.name, c)]["runs"][str(workers)].append(res)
+            if not many.alive():
+                raise RuntimeError(f"the {SCALING_WORKERS}-worker proxy died:\n{many.log_tail()}")
+        out["cases"] = list(cases.values())
+    finally:
+        many.close()
+    return out
 
 
 def ceiling(driver: Driver, upstream: Upstream, c: int, opts) -> dict:
@@ -228,10 +277,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=0, help="also stop each case after this many requests (0: no cap)")
     p.add_argument("--pairs", type=_csv, default=["*"], help="client->provider globs, e.g. 'chat->*,*->anthropic' (default all)")
     p.add_argument("--modes", type=_csv, default=list(MODES), help="json, stream or both (default json,stream)")
-    p.add_argument("--deltas", type=int, default=payloads.DEFAULT_DELTAS, help="content deltas per upstream stream")
+    p.add_argument("--deltas", type=int, default=STREAM_DELTAS,
+                   help=f"content deltas per upstream stream (default {STREAM_DELTAS}: ~200 events)")
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin the proxy to one CPU and the load driver + mock upstream to the others "
+                        "(default: on with 2+ CPUs)")
     p.add_argument("--events-per-write", type=int, default=1, help="upstream SSE events per socket write (default 1)")
     p.add_argument("--gap-ms", type=float, default=0.0,
                    help="upstream pause between stream writes (default 0: as fast as possible)")
+    p.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=True,
+                   help=f"also run {', '.join(SCALING_PAIRS)} with 1 worker on one CPU against {SCALING_WORKERS} "
+                        f"workers on {SCALING_WORKERS} CPUs (default on)")
     p.add_argument("--micro-seconds", type=float, help="time per micro measurement (default 0.3, quick 0.1)")
     p.add_argument("--no-micro", action="store_true", help="skip the engine micro benchmarks")
     p.add_argument("--proxy-args", default="", help="extra arguments for server.py, e.g. '--workers 2'")

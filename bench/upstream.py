@@ -1,12 +1,14 @@
 """The bench's mock upstream: its own process, serving all three protocols from bytes built once.
 
-    python -m bench.upstream [--port 0] [--deltas 64] [--events-per-write 1] [--gap-ms 0]
+    python -m bench.upstream [--port 0] [--deltas 64] [--events-per-write 1] [--gap-ms 0] [--hold-after N]
 
 Prints `PORT <n>` on stdout once it listens. POST /v1/chat/completions, /v1/responses and
 /v1/messages answer the canned turn of bench/payloads.py in exact wire format, as a stream
 when the request body has `"stream":true`; POST or GET /ping answers `{}` (the load driver's
 ceiling). The handler only looks at the path and that one flag, so the upstream costs next
-to nothing per request.
+to nothing per request. With `--hold-after N` a stream sends its first N writes and then
+nothing more, no EOF either, until the other side closes the connection (bench/idle.py:
+streams held open and idle).
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ def build(deltas: int, events_per_write: int) -> dict[str, tuple[bytes, list[byt
     return out
 
 
-def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.0):
+def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.0, hold_after: int = 0):
+    """`hold_after` > 0: streams stop after that many writes and stay open until the peer goes
+    away (the server must cancel handlers on disconnect: web.Server(handler_cancellation=True))."""
     ping = b"{}"
 
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
@@ -56,6 +60,8 @@ def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.
         await resp.prepare(request)
         try:
             for i, blob in enumerate(writes):
+                if hold_after and i == hold_after:
+                    await asyncio.Event().wait()  # idle until the handler is cancelled by the disconnect
                 if gap_s and i:
                     await asyncio.sleep(gap_s)
                 await resp.write(blob)
@@ -67,11 +73,13 @@ def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.
     return handle
 
 
-async def serve(host: str, port: int, deltas: int, events_per_write: int, gap_ms: float = 0.0) -> None:
-    server = web.Server(make_handler(build(deltas, events_per_write), gap_ms / 1000), access_log=None)
+async def serve(host: str, port: int, deltas: int, events_per_write: int, gap_ms: float = 0.0,
+                hold_after: int = 0, backlog: int = 1024) -> None:
+    server = web.Server(make_handler(build(deltas, events_per_write), gap_ms / 1000, hold_after), access_log=None,
+                        handler_cancellation=bool(hold_after))
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=1024)
+    site = web.TCPSite(runner, host, port, backlog=backlog)
     await site.start()
     print(f"PORT {runner.addresses[0][1]}", flush=True)
     stop = asyncio.Event()
@@ -89,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deltas", type=int, default=payloads.DEFAULT_DELTAS, help="content deltas per stream")
     parser.add_argument("--events-per-write", type=int, default=1, help="SSE events per socket write")
     parser.add_argument("--gap-ms", type=float, default=0.0, help="pause between stream writes, like token pacing")
+    parser.add_argument("--hold-after", type=int, default=0,
+                        help="streams send this many writes, then hold the connection open without EOF (0: off)")
+    parser.add_argument("--backlog", type=int, default=1024, help="listen backlog")
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.host, args.port, args.deltas, args.events_per_write, args.gap_ms))
+    asyncio.run(serve(args.host, args.port, args.deltas, args.events_per_write, args.gap_ms, args.hold_after,
+                      args.backlog))
     return 0
 
 
