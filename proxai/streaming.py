@@ -179,6 +179,7 @@ class StreamLoop:
         provider_name: str,
         max_event_bytes: int | None = None,
         heartbeat: float = 0,
+        idle_guarded: bool = False,
     ):
         self.upstream = upstream
         self.observer = observer
@@ -189,6 +190,9 @@ class StreamLoop:
         self.provider_name = provider_name
         self.parser = SSEParser(max_event_bytes)
         self.heartbeat = heartbeat  # seconds of silence toward the client before a comment; 0: never
+        # The upstream connection's own read timeout (aiohttp's sock_read, restarted by every
+        # byte) is idle_timeout: a read that only waits for that needs no timer of its own.
+        self.idle_guarded = idle_guarded
         self._stopping = False
         self._unyielded = 0
         self._pending: list[bytes] = []
@@ -226,6 +230,8 @@ class StreamLoop:
         beat = self.heartbeat if client is not None and 0 < self.heartbeat < limit else 0
         if not beat:
             try:
+                if self.idle_guarded and limit >= self.idle_timeout:
+                    return await self.upstream.content.readany()
                 async with asyncio.timeout(limit):
                     return await self.upstream.content.readany()
             except (TimeoutError, aiohttp.ServerTimeoutError):
