@@ -75,8 +75,18 @@ def escape(text: str) -> str:
     return _CONTROL.sub(_escape_control, text) if _CONTROL.search(text) else text
 
 
+# Either of the above: a value with none of them is written as it is.
+_PLAIN_BREAKERS = re.compile(r'[\s"=\x00-\x1f\x7f-\x9f\u2028\u2029]')
+_NUMBERS = (int, float, bool)
+
+
 def _human(value: Any) -> str:
-    text = value if type(value) is str else str(value)
+    kind = type(value)
+    if kind in _NUMBERS:
+        return str(value)
+    text = value if kind is str else str(value)
+    if text and _PLAIN_BREAKERS.search(text) is None:
+        return text
     if not text or _NEEDS_QUOTES.search(text):
         return '"' + escape(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
     return escape(text)
