@@ -226,6 +226,15 @@ class StreamLoop:
     async def _read(self, client: web.StreamResponse | None = None) -> bytes | None:
         """One upstream chunk; b"" at EOF; None on the idle or tool-call stall timeout.
         With a `client` and a heartbeat, a heartbeat comment goes out for every quiet interval."""
+        if self.idle_guarded:
+            # What already arrived is taken without a wait (and so without a timer): events
+            # that came in while the last ones were written go out together.
+            try:
+                chunk = self.upstream.content.read_nowait()
+            except (TimeoutError, aiohttp.ServerTimeoutError):
+                return None
+            if chunk:
+                return chunk
         limit = self.tool_call_timeout if self._tool_stall_applies else self.idle_timeout
         beat = self.heartbeat if client is not None and 0 < self.heartbeat < limit else 0
         if not beat:
