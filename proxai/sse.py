@@ -68,7 +68,9 @@ class SSEParser:
         limit = self.max_event_bytes
         blocks: list[tuple[bytes, SSEEvent | None]] = []
         start = 0
-        cr = b"\r" in chunk or (held and self._held_cr)
+        # find() rather than `in`: bytes.__contains__ tries the operand as an integer first,
+        # and raising and clearing that TypeError costs more than the search.
+        cr = chunk.find(b"\r") >= 0 or (held and self._held_cr)
         if not cr:
             # LF endings only (what providers send): a blank line is exactly b"\n\n", and
             # find() is all the search there is. A CR takes the general path below.
@@ -137,7 +139,7 @@ def _parse_lf_block(block: bytes) -> SSEEvent | None:
     # `data: ...` alone, or after `event: ...`: the two shapes providers send, read without
     # splitting lines. Anything else (comments, several data lines, id:) takes _parse_block.
     if block.startswith(b"data: "):
-        if b"\n" not in block:
+        if block.find(b"\n") < 0:
             return SSEEvent(None, block[6:].decode("utf-8", "replace"))
     elif block.startswith(b"event: "):
         nl = block.find(b"\n")
