@@ -74,6 +74,7 @@ class SSEParser:
         if not cr:
             # LF endings only (what providers send): a blank line is exactly b"\n\n", and
             # find() is all the search there is. A CR takes the general path below.
+            size = len(buf)
             while True:
                 stop = buf.find(b"\n\n", search)
                 if stop < 0:
@@ -86,6 +87,8 @@ class SSEParser:
                 else:
                     blocks.append((buf[start:end], _parse_lf_block(buf[start:stop])))
                 start = search = end
+                if end == size:  # the chunk ended with its last event (the usual case)
+                    break
         else:
             while True:
                 m = _next_blank_line(buf, search)
@@ -138,14 +141,19 @@ def _next_blank_line(buf: bytes | bytearray, pos: int) -> re.Match | None:
 def _parse_lf_block(block: bytes) -> SSEEvent | None:
     # `data: ...` alone, or after `event: ...`: the two shapes providers send, read without
     # splitting lines. Anything else (comments, several data lines, id:) takes _parse_block.
+    # (tuple.__new__ builds the SSEEvent without the Python-level __new__ NamedTuple defines.)
     if block.startswith(b"data: "):
         if block.find(b"\n") < 0:
-            return SSEEvent(None, block[6:].decode("utf-8", "replace"))
+            return _new_event(SSEEvent, (None, block[6:].decode("utf-8", "replace")))
     elif block.startswith(b"event: "):
         nl = block.find(b"\n")
         if nl > 0 and block.startswith(b"data: ", nl + 1) and block.find(b"\n", nl + 1) < 0:
-            return SSEEvent(block[7:nl].decode("utf-8", "replace") or None, block[nl + 7:].decode("utf-8", "replace"))
+            return _new_event(SSEEvent, (block[7:nl].decode("utf-8", "replace") or None,
+                                         block[nl + 7:].decode("utf-8", "replace")))
     return _parse_block(block)
+
+
+_new_event = tuple.__new__
 
 
 def _parse_block(block: bytes) -> SSEEvent | None:

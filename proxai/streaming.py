@@ -345,7 +345,11 @@ class StreamLoop:
                 if not chunk:
                     self._eof = True
                     break
-                await self._write_all(client, self._take(chunk))
+                blobs = self._take(chunk)
+                if blobs:  # as _write_all, without a coroutine per read
+                    data = blobs[0] if len(blobs) == 1 else b"".join(blobs)
+                    if data:
+                        await client.write(data)
                 self._unyielded += len(chunk)
                 if self._unyielded >= _YIELD_EVERY_BYTES:
                     # An upstream that is always ready would otherwise keep the loop to itself.
