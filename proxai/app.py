@@ -277,6 +277,7 @@ class Proxy:
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
             max_event_bytes=self.config.server.max_sse_event_bytes,
+            idle_guarded=True,  # Transport.send's sock_read is the provider's read_idle_timeout_secs
         )
         return await self._stream(request, relay, upstream, info)
 
@@ -452,6 +453,7 @@ class Proxy:
             max_event_bytes=self.config.server.max_sse_event_bytes,
             # The google-genai SDK parses every non-data line as JSON and fails on an SSE comment.
             heartbeat=0 if protocol == GEMINI else self.config.server.stream_heartbeat_secs,
+            idle_guarded=True,
         )
         return await self._stream(request, relay, upstream, info, turn)
 

@@ -190,6 +190,11 @@ class _TeeContent:
         self._cap.write(self._phase, data)
         return data
 
+    def read_nowait(self, n: int = -1) -> bytes:
+        data = self._inner.read_nowait(n)
+        self._cap.write(self._phase, data)
+        return data
+
     async def read(self, n: int = -1) -> bytes:
         data = await self._inner.read(n)
         self._cap.write(self._phase, data)

@@ -116,8 +116,11 @@ async def read(request: web.Request, limit: int, timeout: float) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise RequestTooLarge(too_large)
     try:
-        async with asyncio.timeout(timeout):
+        if request.content.is_eof():  # the whole body came with the head: nothing to wait for
             raw = await request.read()
+        else:
+            async with asyncio.timeout(timeout):
+                raw = await request.read()
     except TimeoutError:
         raise RequestTimeout(
             f"the request body did not arrive within server.request_body_timeout_secs ({timeout:g}s)"

@@ -75,8 +75,18 @@ def escape(text: str) -> str:
     return _CONTROL.sub(_escape_control, text) if _CONTROL.search(text) else text
 
 
+# Either of the above: a value with none of them is written as it is.
+_PLAIN_BREAKERS = re.compile(r'[\s"=\x00-\x1f\x7f-\x9f\u2028\u2029]')
+_NUMBERS = (int, float, bool)
+
+
 def _human(value: Any) -> str:
-    text = value if type(value) is str else str(value)
+    kind = type(value)
+    if kind in _NUMBERS:
+        return str(value)
+    text = value if kind is str else str(value)
+    if text and _PLAIN_BREAKERS.search(text) is None:
+        return text
     if not text or _NEEDS_QUOTES.search(text):
         return '"' + escape(text.replace("\\", "\\\\").replace('"', '\\"')) + '"'
     return escape(text)
@@ -111,7 +121,15 @@ class _Summary:
         self.fields = fields
 
     def __str__(self) -> str:
-        return " ".join(f"{k}={_human(v)}" for k, v in self.fields.items() if v is not None)
+        parts = []
+        for k, v in self.fields.items():
+            if v is None:
+                continue
+            if type(v) is str and v and _PLAIN_BREAKERS.search(v) is None:
+                parts.append(f"{k}={v}")  # what _human writes for a plain string, without the call
+            else:
+                parts.append(f"{k}={_human(v)}")
+        return " ".join(parts)
 
 
 class _JsonFormatter(logging.Formatter):
@@ -159,4 +177,8 @@ def log_request(**fields: Any) -> None:
     status = fields.get("status") or 0
     level = logging.WARNING if status >= 500 or str(fields.get("outcome", "")).startswith("incomplete") else logging.INFO
     if request_log.isEnabledFor(level):
-        request_log.log(level, "%s", _Summary(ordered), extra={"fields": ordered, "request_id": fields.get("request_id")})
+        # The record made and handled as Logger.log would, without its walk up the stack for
+        # the caller's file and line (one per request; this function is the caller).
+        record = request_log.makeRecord(request_log.name, level, __file__, 0, "%s", (_Summary(ordered),), None,
+                                        "log_request", {"fields": ordered, "request_id": fields.get("request_id")})
+        request_log.handle(record)

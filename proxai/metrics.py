@@ -61,6 +61,7 @@ def outcome_class(info: dict[str, Any]) -> str:
 class Metrics:
     def __init__(self, in_flight: Callable[[], float]):
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple, Any] = {}
         r = self.registry
         self.requests = Counter(
             "proxai_requests", "Requests by client protocol, provider protocol, HTTP status and outcome",
@@ -87,25 +88,35 @@ class Metrics:
             "proxai_tokens", "Tokens reported by providers", ("client_protocol", "provider_protocol", "kind"), registry=r,
         )
 
+    def _child(self, metric, *labels: str):
+        # labels() validates and locks on every call; the label sets are small and closed
+        # (see the module docstring), so each child is looked up once and kept.
+        key = (metric, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe(self, info: dict[str, Any]) -> None:
         """Count one finished request from its log fields."""
         client = info.get("client_protocol") or NONE
         provider = info.get("provider_protocol") or NONE
         stream = "true" if info.get("stream") else "false"
-        self.requests.labels(client, provider, str(info.get("status", 0)), outcome_class(info)).inc()
-        self.duration.labels(client, provider, stream).observe(info.get("duration_ms", 0) / 1000)
+        child = self._child
+        child(self.requests, client, provider, str(info.get("status", 0)), outcome_class(info)).inc()
+        child(self.duration, client, provider, stream).observe(info.get("duration_ms", 0) / 1000)
         if info.get("ttfb_ms") is not None:
-            self.ttfb.labels(client, provider, stream).observe(info["ttfb_ms"] / 1000)
+            child(self.ttfb, client, provider, stream).observe(info["ttfb_ms"] / 1000)
         kind = info.get("error")
         if kind in _UPSTREAM_ERROR_KINDS:
-            self.upstream_errors.labels(info.get("provider") or NONE, kind).inc()
+            child(self.upstream_errors, info.get("provider") or NONE, kind).inc()
         elif info.get("outcome") in _STREAM_UPSTREAM_KINDS:
-            self.upstream_errors.labels(info.get("provider") or NONE, _STREAM_UPSTREAM_KINDS[info["outcome"]]).inc()
+            child(self.upstream_errors, info.get("provider") or NONE, _STREAM_UPSTREAM_KINDS[info["outcome"]]).inc()
         if info.get("translation_error"):
-            self.translation_errors.labels(client, provider, info["translation_error"]).inc()
+            child(self.translation_errors, client, provider, info["translation_error"]).inc()
         for key, kind in _TOKEN_KINDS:
             if info.get(key):
-                self.tokens.labels(client, provider, kind).inc(info[key])
+                child(self.tokens, client, provider, kind).inc(info[key])
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

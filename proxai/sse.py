@@ -40,11 +40,12 @@ _LINE_END = re.compile(rb"\r\n|\r|\n")
 class SSEParser:
     """Split a byte stream into events at blank lines (LF, CRLF or CR endings, mixed)."""
 
-    __slots__ = ("_buf", "_scanned", "max_event_bytes")
+    __slots__ = ("_buf", "_scanned", "_held_cr", "max_event_bytes")
 
     def __init__(self, max_event_bytes: int | None = None) -> None:
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf already searched for a blank line
+        self._held_cr = False  # _buf holds a CR (the general line-ending search applies)
         self.max_event_bytes = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
@@ -67,18 +68,40 @@ class SSEParser:
         limit = self.max_event_bytes
         blocks: list[tuple[bytes, SSEEvent | None]] = []
         start = 0
-        while True:
-            m = _next_blank_line(buf, search)
-            if m is None:
-                break
-            end = m.end()
-            if limit is not None and m.start() - start > limit:
-                raise EventTooLarge(limit)
-            # A final CR may be the first half of a CRLF whose LF is still to come. The block
-            # is complete either way; that LF then opens the next block as an empty line.
-            block = buf[start:end]
-            blocks.append((bytes(block) if held else block, _parse_block(bytes(buf[start:m.start()]) if held else buf[start:m.start()])))
-            start = search = end
+        # find() rather than `in`: bytes.__contains__ tries the operand as an integer first,
+        # and raising and clearing that TypeError costs more than the search.
+        cr = chunk.find(b"\r") >= 0 or (held and self._held_cr)
+        if not cr:
+            # LF endings only (what providers send): a blank line is exactly b"\n\n", and
+            # find() is all the search there is. A CR takes the general path below.
+            size = len(buf)
+            while True:
+                stop = buf.find(b"\n\n", search)
+                if stop < 0:
+                    break
+                if limit is not None and stop - start > limit:
+                    raise EventTooLarge(limit)
+                end = stop + 2
+                if held:
+                    blocks.append((bytes(buf[start:end]), _parse_lf_block(bytes(buf[start:stop]))))
+                else:
+                    blocks.append((buf[start:end], _parse_lf_block(buf[start:stop])))
+                start = search = end
+                if end == size:  # the chunk ended with its last event (the usual case)
+                    break
+        else:
+            while True:
+                m = _next_blank_line(buf, search)
+                if m is None:
+                    break
+                end = m.end()
+                if limit is not None and m.start() - start > limit:
+                    raise EventTooLarge(limit)
+                # A final CR may be the first half of a CRLF whose LF is still to come. The block
+                # is complete either way; that LF then opens the next block as an empty line.
+                block = buf[start:end]
+                blocks.append((bytes(block) if held else block, _parse_block(bytes(buf[start:m.start()]) if held else buf[start:m.start()])))
+                start = search = end
         rest = len(buf) - start
         if limit is not None and rest > limit:
             raise EventTooLarge(limit)
@@ -88,6 +111,7 @@ class SSEParser:
         elif rest:
             held += buf[start:]
         self._scanned = len(self._buf)
+        self._held_cr = bool(cr and self._buf)  # conservatively: a CR may be in what is held
         return blocks
 
     def close(self) -> bytes:
@@ -95,6 +119,7 @@ class SSEParser:
         rest = bytes(self._buf)
         self._buf.clear()
         self._scanned = 0
+        self._held_cr = False
         return rest
 
 
@@ -111,6 +136,24 @@ def _next_blank_line(buf: bytes | bytearray, pos: int) -> re.Match | None:
         if m is not None:
             return m
         pos = first + 1
+
+
+def _parse_lf_block(block: bytes) -> SSEEvent | None:
+    # `data: ...` alone, or after `event: ...`: the two shapes providers send, read without
+    # splitting lines. Anything else (comments, several data lines, id:) takes _parse_block.
+    # (tuple.__new__ builds the SSEEvent without the Python-level __new__ NamedTuple defines.)
+    if block.startswith(b"data: "):
+        if block.find(b"\n") < 0:
+            return _new_event(SSEEvent, (None, block[6:].decode("utf-8", "replace")))
+    elif block.startswith(b"event: "):
+        nl = block.find(b"\n")
+        if nl > 0 and block.startswith(b"data: ", nl + 1) and block.find(b"\n", nl + 1) < 0:
+            return _new_event(SSEEvent, (block[7:nl].decode("utf-8", "replace") or None,
+                                         block[nl + 7:].decode("utf-8", "replace")))
+    return _parse_block(block)
+
+
+_new_event = tuple.__new__
 
 
 def _parse_block(block: bytes) -> SSEEvent | None:

@@ -179,6 +179,7 @@ class StreamLoop:
         provider_name: str,
         max_event_bytes: int | None = None,
         heartbeat: float = 0,
+        idle_guarded: bool = False,
     ):
         self.upstream = upstream
         self.observer = observer
@@ -189,6 +190,9 @@ class StreamLoop:
         self.provider_name = provider_name
         self.parser = SSEParser(max_event_bytes)
         self.heartbeat = heartbeat  # seconds of silence toward the client before a comment; 0: never
+        # The upstream connection's own read timeout (aiohttp's sock_read, restarted by every
+        # byte) is idle_timeout: a read that only waits for that needs no timer of its own.
+        self.idle_guarded = idle_guarded
         self._stopping = False
         self._unyielded = 0
         self._pending: list[bytes] = []
@@ -222,10 +226,21 @@ class StreamLoop:
     async def _read(self, client: web.StreamResponse | None = None) -> bytes | None:
         """One upstream chunk; b"" at EOF; None on the idle or tool-call stall timeout.
         With a `client` and a heartbeat, a heartbeat comment goes out for every quiet interval."""
+        if self.idle_guarded:
+            # What already arrived is taken without a wait (and so without a timer): events
+            # that came in while the last ones were written go out together.
+            try:
+                chunk = self.upstream.content.read_nowait()
+            except (TimeoutError, aiohttp.ServerTimeoutError):
+                return None
+            if chunk:
+                return chunk
         limit = self.tool_call_timeout if self._tool_stall_applies else self.idle_timeout
         beat = self.heartbeat if client is not None and 0 < self.heartbeat < limit else 0
         if not beat:
             try:
+                if self.idle_guarded and limit >= self.idle_timeout:
+                    return await self.upstream.content.readany()
                 async with asyncio.timeout(limit):
                     return await self.upstream.content.readany()
             except (TimeoutError, aiohttp.ServerTimeoutError):
@@ -330,7 +345,11 @@ class StreamLoop:
                 if not chunk:
                     self._eof = True
                     break
-                await self._write_all(client, self._take(chunk))
+                blobs = self._take(chunk)
+                if blobs:  # as _write_all, without a coroutine per read
+                    data = blobs[0] if len(blobs) == 1 else b"".join(blobs)
+                    if data:
+                        await client.write(data)
                 self._unyielded += len(chunk)
                 if self._unyielded >= _YIELD_EVERY_BYTES:
                     # An upstream that is always ready would otherwise keep the loop to itself.

@@ -138,6 +138,11 @@ class Transport:
         self._pool_size = pool_size
         self.session: aiohttp.ClientSession | None = None
         self._fresh: aiohttp.ClientSession | None = None  # never pools: the one retry's connection
+        # Built once, not per request: timeouts per idle value, URLs, and the headers of
+        # providers whose headers do not depend on the client's (all but Anthropic).
+        self._timeouts: dict[float, aiohttp.ClientTimeout] = {}
+        self._urls: dict[tuple, yarl.URL] = {}
+        self._headers: dict[tuple, dict[str, str]] = {}
 
     def _session(self, connector: aiohttp.BaseConnector) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(
@@ -183,10 +188,18 @@ class Transport:
         """
         assert self.session is not None and self._fresh is not None, "transport not started"
         idle = provider.read_idle_timeout_secs
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
-        # encoded=True: the query string goes upstream byte for byte
-        url = yarl.URL(upstream_url(provider, suffix, query), encoded=True)
-        headers = provider_headers(provider, client_headers, stream)
+        timeout = self._timeouts.get(idle)
+        if timeout is None:
+            timeout = self._timeouts[idle] = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
+        url = self._url(provider, suffix, query)
+        if provider.protocol == ANTHROPIC:  # anthropic-version and -beta come from the client
+            headers = provider_headers(provider, client_headers, stream)
+        else:
+            key = (provider.protocol, provider.api_key, stream)
+            fixed = self._headers.get(key)
+            if fixed is None:
+                fixed = self._headers[key] = provider_headers(provider, client_headers, stream)
+            headers = dict(fixed)
         if extra_headers:  # trace context: never a client header, only what the proxy itself adds
             headers.update(extra_headers)
         attempt = _Attempt()
@@ -196,6 +209,18 @@ class Transport:
             return await self._post(provider, session, url, headers, body, timeout, attempt, idle)
         finally:
             _attempt.reset(token)
+
+    def _url(self, provider: ProviderConfig, suffix: str, query: str) -> yarl.URL:
+        if query:  # as the client sent it: not kept
+            return yarl.URL(upstream_url(provider, suffix, query), encoded=True)
+        key = (provider.base_url, provider.protocol, suffix)
+        url = self._urls.get(key)
+        if url is None:
+            if len(self._urls) >= 1024:  # Gemini suffixes name the model: keep the cache bounded
+                self._urls.clear()
+            # encoded=True: the path goes upstream byte for byte
+            url = self._urls[key] = yarl.URL(upstream_url(provider, suffix), encoded=True)
+        return url
 
     async def _post(self, provider, session, url, headers, body, timeout, attempt, idle) -> aiohttp.ClientResponse:
         while True:
