@@ -22,14 +22,14 @@ class Codec:
         self.run = Run(InvalidRequest if request else UpstreamProtocolError, annotate_paths=self.kind == "request.decode")
         self.params = dict(doc.get("params") or {})
         # A reject table is data; each entry fails through the one failure construct, $fail.
-        self.rejects = [(compiler.compile(r["when"], r, "when"), compile_fail(compiler, {"$fail": r["message"], "$param": r["param"]}),
+        self.rejects = [(compiler.build(r["when"], r, "when"), compile_fail(compiler, {"$fail": r["message"], "$param": r["param"]}),
                          compiler.where(r)) for r in doc.get("reject") or []]
         self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
         self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
         self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
         for name in compiler.named_src:
             compiler.ref(name)
-        self.output = compiler.compile(doc["output"], doc)
+        self.output = compiler.build(doc["output"], doc)
 
     def apply(self, payload, ctx):
         if self.params:

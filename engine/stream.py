@@ -93,7 +93,7 @@ def _check_free(compiler: Compiler, node, bound: frozenset, what: str) -> None:
 
 
 class Transition:
-    __slots__ = ("when", "steps", "where")
+    __slots__ = ("when", "steps", "where", "fast")
 
     def __init__(self, node, compiler: Compiler):
         if not isinstance(node, dict):
@@ -112,6 +112,7 @@ class Transition:
         else:
             self.when = None
         self.steps = []
+        raw = []  # (action, its value) of each step, for the generated function
         steps = node.get("steps") or []
         if not isinstance(steps, list):
             raise compiler.error(node, "`steps` is a list: one action per item, run in order", "steps")
@@ -127,6 +128,7 @@ class Transition:
                                      "write each action as its own list item, in the order it must run")
             kind = actions[0]
             value = step[kind]
+            raw.append((kind, value))
             if kind in ("let", "set"):
                 if not isinstance(value, dict) or not value:
                     raise compiler.error(step, f"`{kind}` takes a mapping of name -> template", kind)
@@ -146,6 +148,8 @@ class Transition:
             else:
                 _check_free(compiler, value, bound, "`do`")
                 self.steps.append(("do", compiler.compile(value, step)))
+        # fast(scope, out) -> False when `when` does not hold; else the steps ran (engine/codegen.py)
+        self.fast = compiler.generator.transition(node, raw) if compiler.fast else None
 
     def run(self, scope: Scope, out: list) -> None:
         for kind, payload in self.steps:
@@ -172,6 +176,7 @@ def _method_hook(obj_name: str, method: str):
     def call(scope, **args):
         return getattr(scope.vars[_OBJECTS][obj_name], method)(**args)
     call.__name__ = f"{obj_name}.{method}"
+    call.method_of = (obj_name, method)  # generated code calls the method itself
     return call
 
 
@@ -251,9 +256,13 @@ class StreamRun:
         scope = Scope(event, self.vars, "", self.ctx, self.run)
         for t in transitions:
             try:
-                if t.when is not None and not truthy(t.when(scope)):
+                if t.fast is not None:
+                    if not t.fast(scope, out):
+                        continue
+                elif t.when is not None and not truthy(t.when(scope)):
                     continue
-                t.run(scope, out)
+                else:
+                    t.run(scope, out)
             except TranslationError as err:
                 if err.rule is None:
                     err.rule = t.where
@@ -267,7 +276,10 @@ class StreamRun:
         out: list = []
         scope = Scope({}, self.vars, "", self.ctx, self.run)
         for t in self.rules.eof:
-            if t.when is None or truthy(t.when(scope)):
+            if t.fast is not None:
+                if t.fast(scope, out):
+                    break
+            elif t.when is None or truthy(t.when(scope)):
                 t.run(scope, out)
                 break
         return out

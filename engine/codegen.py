@@ -1,0 +1,481 @@
+"""Templates compiled to Python source: one generated function per template tree.
+
+The closure compiler (:mod:`engine.template`, :mod:`engine.constructs`) stays the
+definition of the language and the one place rule files are checked: every template
+is compiled by it first, so load and lint errors cannot differ. For the server, the
+checked tree is then turned into a single Python function in which constructs,
+selectors and objects are inlined as statements over local variables (the current
+item, the variables dict, the data path), so evaluating a template costs no
+``Scope`` per node, no call per node and no variables-dict merge per ``$map`` item.
+A ``Scope`` is built only where a hook or a failure needs one.
+
+Errors keep their provenance: each fallible construct's code sits in a ``try`` that
+does what :func:`engine.template._located` does for the closure (the rule's
+``file:line``; the data path for a malformed payload), and failures name the client's
+field through the same :meth:`Scope.fail` as before. A construct this module does not
+know (v1 idioms that legacy files may still use) calls its checked closure.
+"""
+from __future__ import annotations
+
+import re
+
+from . import expr as _expr
+from .constructs import compile_fail, switch_key
+from .errors import TranslationError
+from .template import _MISS, NULL, Scope, template_params
+
+_VAR_PATH = re.compile(r"^\$([A-Za-z_]\w*)((?:\.[A-Za-z_]\w*)*)$")
+_CONTAINERS = (str, list, dict, tuple)
+_MALFORMED = (TypeError, ValueError, AttributeError, KeyError, IndexError)
+# Python refuses more than 20 statically nested blocks; a subtree deeper than this
+# becomes a function of its own.
+_MAX_DEPTH = 12
+
+
+def _malformed(scope, path, where, err):
+    return scope.run.error_class(f"malformed payload ({type(err).__name__})", path or None, where)
+
+
+def _not_list(scope, cur, vars, path, items, sub):
+    Scope(cur, vars, path, scope.ctx, scope.run).fail(f"expected a list, got {type(items).__name__}", sub)
+
+
+def _unsupported(scope, cur, vars, path, label, key):
+    Scope(cur, vars, path, scope.ctx, scope.run).fail(f"unsupported {label} {key!r}")
+
+
+def _unknown(scope, cur, vars, path, table, key):
+    Scope(cur, vars, path, scope.ctx, scope.run).fail(f"unknown {table.source} value {key!r}")
+
+
+_TRUTHY = "({0} is not None and {0} is not False and (not isinstance({0}, CONTAINERS) or len({0}) > 0))"
+
+
+class Generator:
+    """Generates the fast functions of one rule file's templates (after its closure compile)."""
+
+    def __init__(self, compiler):
+        self.c = compiler
+        self.env: dict = {
+            "Scope": Scope, "NULL": NULL, "MISS": _MISS, "CONTAINERS": _CONTAINERS, "TranslationError": TranslationError,
+            "MALFORMED": _MALFORMED, "malformed": _malformed, "not_list": _not_list, "unsupported": _unsupported,
+            "unknown": _unknown, "switch_key": switch_key,
+        }
+        self.n = 0
+        self.named: dict[str, list] = {}  # template name -> [fast fn] (a cell: $ref may recurse)
+
+    # --- names and output ---------------------------------------------------------
+    def new(self, prefix: str) -> str:
+        self.n += 1
+        return f"{prefix}{self.n}"
+
+    def const(self, value) -> str:
+        if value is None or value is True or value is False:
+            return repr(value)
+        name = self.new("k")
+        self.env[name] = value
+        return name
+
+    # --- entry points -------------------------------------------------------------
+    def template(self, node, parent=None, key=None):
+        """``fn(scope)`` for a template (already checked by the closure compiler)."""
+        fast = self.function(node, parent, key)
+        return lambda scope: fast(scope.cur, scope.vars, scope.path, scope)
+
+    def function(self, node, parent=None, key=None, where=None) -> object:
+        """The generated ``fast(cur, V, P, scope)``: ``scope`` lends its ctx and run."""
+        name = self.new("t")
+        body: list[str] = []
+        res = self.emit(node, ("cur", "V", "P"), body, 1, parent, key)
+        src = [f"def {name}(cur, V, P, scope):", *body, f"    return {res}"]
+        if where is None:
+            where = self.c.where(parent, key) if parent is not None else self.c.where(node)
+        exec(compile("\n".join(src), f"<template {where}>", "exec"), self.env)  # noqa: S102 - generated from checked rules
+        return self.env[name]
+
+    def transition(self, node, steps) -> object:
+        """``fn(scope, out) -> bool`` for a stream transition: False when its `when` does not hold.
+        ``steps`` are (kind, value node, parent) triples as the transition checked them."""
+        name = self.new("s")
+        body: list[str] = []
+        st = ("cur", "V", "P")
+        if "when" in node:
+            w = self.emit(node["when"], st, body, 1, node, "when")
+            body.append(f"    if not {_TRUTHY.format(w)}: return False")
+        for kind, value in steps:
+            if kind == "emit":
+                items = value if isinstance(value, list) else [value]
+                for i, item in enumerate(items):
+                    v = self.emit(item, st, body, 1, value, i)
+                    body.append(f"    if isinstance({v}, list): out.extend(x for x in {v} if x is not None)")
+                    body.append(f"    elif {v} is not None: out.append({v})")
+            elif kind in ("let", "set"):
+                got = [(str(k), self.local(self.emit(v, st, body, 1, value, k), body, 1)) for k, v in value.items()]
+                if kind == "let":
+                    nv = self.new("V")
+                    body.append(f"    {nv} = {{**V, " + ", ".join(f"{k!r}: {v}" for k, v in got) + "}")
+                    body.append(f"    V = {nv}")
+                else:
+                    body.append("    state = V['state']")
+                    for k, v in got:
+                        body.append(f"    state[{k!r}] = {v}")
+            else:
+                self.emit(value, st, body, 1, node, "steps")
+        src = [f"def {name}(scope, out):", "    cur = scope.cur; V = scope.vars; P = scope.path", *body, "    return True"]
+        exec(compile("\n".join(src), f"<transition {self.c.where(node)}>", "exec"), self.env)  # noqa: S102
+        return self.env[name]
+
+    def ref(self, name: str) -> list:
+        cell = self.named.get(name)
+        if cell is None:
+            cell = self.named[name] = []
+            _, body = template_params(self.c.named_src[name])
+            cell.append(self.function(body, self.c.named_src, name))
+        return cell
+
+    # --- code for one node --------------------------------------------------------
+    def local(self, expr: str, out: list, ind: int) -> str:
+        """``expr`` as a name evaluated once (a constant or local already is one)."""
+        if expr.isidentifier():
+            return expr
+        r = self.new("r")
+        out.append("    " * ind + f"{r} = {expr}")
+        return r
+
+    def emit(self, node, st, out: list, ind: int, parent=None, key=None) -> str:
+        """Append statements computing ``node`` to ``out``; return the expression of its value
+        (a local name or a constant). ``st`` names the locals of the current item,
+        variables dict and data path."""
+        if ind > _MAX_DEPTH:
+            fn = self.new("f")
+            self.env[fn] = self.function(node, parent, key)
+            r = self.new("r")
+            out.append("    " * ind + f"{r} = {fn}({st[0]}, {st[1]}, {st[2]}, scope)")
+            return r
+        if isinstance(node, str):
+            return self.selector(node, st, out, ind, parent, key)
+        if isinstance(node, dict):
+            if not any(isinstance(k, str) and k.startswith("$") for k in node):
+                return self.object(node, st, out, ind)
+            name = next((k for k in node if k in _CONSTRUCTS), None)
+            method = getattr(self, "c_" + name[1:], None) if name is not None else None
+            if method is None or (name == "$hook" and node["$hook"] in self.c.registry.RETIRED_HOOKS):
+                return self.closure(node, st, out, ind)
+            if not self.c.registry.CONSTRUCTS[name].fallible:
+                return method(node, st, out, ind)
+            # What engine.template._located does for the closure, inline.
+            where = self.c.where(node)
+            r = self.new("r")
+            pad = "    " * ind
+            out.append(pad + "try:")
+            body: list[str] = []
+            v = method(node, st, body, ind + 1)
+            out.extend(body)
+            out.append(pad + f"    {r} = {v}")
+            out.append(pad + "except TranslationError as err:")
+            out.append(pad + f"    if err.rule is None: err.rule = {where!r}")
+            out.append(pad + "    raise")
+            out.append(pad + "except MALFORMED as err:")
+            out.append(pad + f"    raise malformed(scope, {st[2]}, {where!r}, err) from err")
+            return r
+        if isinstance(node, list):
+            r = self.new("r")
+            out.append("    " * ind + f"{r} = []")
+            for i, item in enumerate(node):
+                v = self.emit(item, st, out, ind, node, i)
+                if v == "None":
+                    continue
+                out.append("    " * ind + f"if {v} is not None: {r}.append({v})")
+            return r
+        return self.const(node)
+
+    def closure(self, node, st, out, ind) -> str:
+        fn = self.c.closures[id(node)]
+        name = self.new("f")
+        self.env[name] = fn
+        r = self.new("r")
+        out.append("    " * ind + f"{r} = {name}({self.scope(st)})")
+        return r
+
+    @staticmethod
+    def scope(st) -> str:
+        return f"Scope({st[0]}, {st[1]}, {st[2]}, scope.ctx, scope.run)"
+
+    def selector(self, text: str, st, out, ind, parent=None, key=None) -> str:
+        pad = "    " * ind
+        if parent is not None and self.c.registry.v1_literal(text) is not None:
+            # a v1 jmespath literal a legacy file may still use: as compiled before
+            fn = self.new("g")
+            self.env[fn] = _expr.compile_expr(text, self.c.where(parent, key))
+            r = self.new("r")
+            out.append(pad + f"{r} = {fn}({self.scope(st)})")
+            return r
+        if text == "@":
+            return st[0]
+        match = _VAR_PATH.match(text)
+        if match is not None or _expr._FIELD_PATH.match(text):
+            if match is not None:
+                base, steps = f"{st[1]}.get({match.group(1)!r})", match.group(2).split(".")[1:]
+                r = self.new("r")
+                out.append(pad + f"{r} = {base}")
+            else:
+                first, *steps = text.split(".")
+                r = self.new("r")
+                out.append(pad + f"{r} = {st[0]}.get({first!r}) if isinstance({st[0]}, dict) else None")
+            for step in steps:
+                out.append(pad + f"{r} = {r}.get({step!r}) if isinstance({r}, dict) else None")
+            return r
+        var = _expr._VAR.match(text)
+        fn = self.new("g")
+        r = self.new("r")
+        if var is not None:
+            name, rest = var.groups()
+            self.env[fn] = _expr._compile_selector(rest, self.c.where(parent, key) if parent is not None else f"{self.c.file}:0")
+            out.append(pad + f"{r} = {fn}({st[1]}.get({name!r}))")
+        else:
+            self.env[fn] = _expr._compile_selector(text, self.c.where(parent, key) if parent is not None else f"{self.c.file}:0")
+            out.append(pad + f"{r} = {fn}({st[0]})")
+        return r
+
+    def object(self, node: dict, st, out, ind) -> str:
+        # The same as engine.template.Compiler._object, as statements of the enclosing function.
+        pad = "    " * ind
+        o = self.new("o")
+        out.append(pad + f"{o} = {{}}")
+        for key, value in node.items():
+            k = repr(key)
+            idiom = self.c.registry.v1_literal(value) if isinstance(value, str) else None
+            if idiom is not None:
+                value = None if idiom.value is None else {"$lit": idiom.value}
+            if value is None:
+                continue
+            if isinstance(value, str) and (_expr._FIELD_PATH.match(value) or _VAR_PATH.match(value)):
+                v = self.selector(value, st, out, ind, node, key)
+                out.append(pad + f"if {v} is not None: {o}[{k}] = {v}")
+            elif isinstance(value, dict) and set(value) == {"$lit"} and isinstance(value["$lit"], str):
+                out.append(pad + f"{o}[{k}] = {self.const(value['$lit'])}")
+            elif isinstance(value, (bool, int, float)):
+                out.append(pad + f"{o}[{k}] = {self.const(value)}")
+            else:
+                v = self.emit(value, st, out, ind, node, key)
+                out.append(pad + f"if {v} is not None: {o}[{k}] = None if {v} is NULL else {v}")
+        return o
+
+    # --- constructs (engine/constructs.py has the meaning of each) -----------------
+    def c_lit(self, node, st, out, ind) -> str:
+        return self.const(node["$lit"])
+
+    def c_nullable(self, node, st, out, ind) -> str:
+        v = self.emit(node["$nullable"], st, out, ind, node, "$nullable")
+        if v == "None":
+            return "NULL"
+        r = self.new("r")
+        out.append("    " * ind + f"{r} = NULL if {v} is None else {v}")
+        return r
+
+    def c_map(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        source = node["$map"]
+        simple = isinstance(source, str) and _expr._FIELD_PATH.match(source) is not None
+        items = self.emit(source, st, out, ind, node, "$map")
+        r, item, i, bound, path, value, prefix, annotate = (self.new(p) for p in ("r", "item", "i", "V", "P", "v", "pre", "ann"))
+        inner = (item, bound, path)
+        out.append(pad + f"{r} = None")
+        out.append(pad + f"if {items} is not None:")
+        p1, p2 = pad + "    ", pad + "        "
+        out.append(p1 + f"if not isinstance({items}, list): not_list(scope, {', '.join(st)}, {items}, {source if simple else None!r})")
+        out.append(p1 + f"{r} = []")
+        if simple:
+            out.append(p1 + f"{prefix} = f'{{{st[2]}}}.{source}[' if {st[2]} else {source + '[' !r}")
+        out.append(p1 + f"{annotate} = scope.run.annotate_paths")
+        # One variables dict for the whole list, as the closure does.
+        out.append(p1 + f"{bound} = dict({st[1]}); {bound}['parent'] = {st[0]}")
+        out.append(p1 + f"for {i}, {item} in enumerate({items}):")
+        out.append(p2 + (f"{path} = f'{{{prefix}}}{{{i}}}]'" if simple else f"{path} = {st[2]}"))
+        out.append(p2 + f"if not {annotate} and type({item}) is dict and '_path' in {item}: {path} = {item}['_path']")
+        out.append(p2 + f"{bound}['index'] = {i}")
+        if "$where" in node:
+            w = self.emit(node["$where"], inner, out, ind + 2, node, "$where")
+            out.append(p2 + f"if not {_TRUTHY.format(w)}: continue")
+        v = self.emit(node.get("$as", "@"), inner, out, ind + 2, node, "$as")
+        out.append(p2 + f"{value} = {v}")
+        out.append(p2 + f"if {value} is None: continue")
+        out.append(p2 + f"if {annotate} and type({value}) is dict and {value} is not {item} and '_path' not in {value}: {value}['_path'] = {path}")
+        if node.get("$flat", False):
+            out.append(p2 + f"if type({value}) is list:")
+            out.append(p2 + f"    if {annotate}:")
+            out.append(p2 + f"        for x in {value}:")
+            out.append(p2 + f"            if type(x) is dict and x is not {item} and '_path' not in x: x['_path'] = {path}")
+            out.append(p2 + f"    {r}.extend({value})")
+            out.append(p2 + f"else: {r}.append({value})")
+        else:
+            out.append(p2 + f"{r}.append({value})")
+        return r
+
+    def c_switch(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        k = self.emit(node["$switch"], st, out, ind, node, "$switch")
+        cases_src = node.get("$cases") or {}
+        cases: dict = {}
+        for case, value in cases_src.items():
+            cases[switch_key(case) if case != "None" else "null"] = (value, case)
+        label = node.get("$what") or str(node["$switch"])
+        sk, r = self.new("sk"), self.new("r")
+        out.append(pad + f"{sk} = {k} if type({k}) is str else switch_key({k})")
+        first = True
+        for case, (value, src_key) in cases.items():
+            out.append(pad + f"{'if' if first else 'elif'} {sk} == {case!r}:")
+            first = False
+            body: list[str] = []
+            v = self.emit(value, st, body, ind + 1, cases_src, src_key)
+            out.extend(body)
+            out.append(pad + f"    {r} = {v}")
+        out.append(pad + ("else:" if not first else "if True:"))
+        if "$default" in node:
+            body = []
+            v = self.emit(node["$default"], st, body, ind + 1, node, "$default")
+            out.extend(body)
+            out.append(pad + f"    {r} = {v}")
+        else:
+            out.append(pad + f"    {r} = unsupported(scope, {', '.join(st)}, {self.const(label)}, {k})")
+        return r
+
+    def c_if(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        c = self.emit(node["$if"], st, out, ind, node, "$if")
+        r = self.new("r")
+        out.append(pad + f"if {_TRUTHY.format(c)}:")
+        body: list[str] = []
+        v = self.emit(node.get("$then"), st, body, ind + 1, node, "$then")
+        out.extend(body)
+        out.append(pad + f"    {r} = {v}")
+        out.append(pad + "else:")
+        body = []
+        v = self.emit(node.get("$else"), st, body, ind + 1, node, "$else")
+        out.extend(body)
+        out.append(pad + f"    {r} = {v}")
+        return r
+
+    def c_first(self, node, st, out, ind) -> str:
+        # Flat, not nested: once a value is found the later tests skip the rest.
+        items = node["$first"]
+        r = self.new("r")
+        pad = "    " * ind
+        for i, item in enumerate(items):
+            if i == 0:
+                v = self.emit(item, st, out, ind, items, i)
+                out.append(pad + f"{r} = {v}")
+                continue
+            out.append(pad + f"if {r} is None:")
+            body: list[str] = []
+            v = self.emit(item, st, body, ind + 1, items, i)
+            out.extend(body)
+            out.append(pad + f"    {r} = {v}")
+        if not items:
+            out.append(pad + f"{r} = None")
+        return r
+
+    def c_table(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        table = self.c.tables[node["$table"]]
+        t = self.new("tab")
+        self.env[t] = table
+        k = self.emit(node.get("$of", "@"), st, out, ind, node, "$of")
+        r = self.new("r")
+        out.append(pad + f"{r} = None if {k} is None else {t}.lookup({k})")
+        out.append(pad + f"if {r} is MISS:")
+        if "$default" in node:
+            body: list[str] = []
+            v = self.emit(node["$default"], st, body, ind + 1, node, "$default")
+            out.extend(body)
+            out.append(pad + f"    {r} = {v}")
+        else:
+            out.append(pad + f"    unknown(scope, {', '.join(st)}, {t}, {k})")
+        return r
+
+    def c_hook(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        hook = self.c.hooks[node["$hook"]]
+        args_src = node.get("$args") or {}
+        args = []
+        for k, v in args_src.items():
+            e = self.local(self.emit(v, st, out, ind, args_src, k), out, ind)
+            args.append(f"{k}=(None if {e} is NULL else {e})")
+        r = self.new("r")
+        method = getattr(hook, "method_of", None)
+        if method is not None:
+            # a stream state object's method: call it on the object, no Scope needed
+            obj, name = method
+            out.append(pad + f"{r} = {st[1]}['@objects'][{obj!r}].{name}({', '.join(args)})")
+            return r
+        h = self.new("h")
+        self.env[h] = hook
+        out.append(pad + f"{r} = {h}({', '.join([self.scope(st), *args])})")
+        return r
+
+    def c_fail(self, node, st, out, ind) -> str:
+        fn = self.new("f")
+        self.env[fn] = compile_fail(self.c, node)
+        out.append("    " * ind + f"{fn}({self.scope(st)})")
+        return "None"
+
+    def c_ref(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        name = node["$ref"]
+        params, _ = template_params(self.c.named_src[name])
+        cell = self.new("cell")
+        self.env[cell] = self.ref(name)
+        r = self.new("r")
+        if params is None:
+            out.append(pad + f"{r} = {cell}[0]({', '.join(st)}, scope)")
+            return r
+        given = node.get("$args") or {}
+        got = [(k, self.local(self.emit(v, st, out, ind, given, k), out, ind)) for k, v in given.items()]
+        bound = self.new("V")
+        values = {p: "None" for p in params}
+        values.update(got)
+        out.append(pad + f"{bound} = dict({st[1]})")
+        out.append(pad + f"{bound}.update({{" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "})")
+        out.append(pad + f"{r} = {cell}[0]({st[0]}, {bound}, {st[2]}, scope)")
+        return r
+
+    def c_merge(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        r = self.new("r")
+        out.append(pad + f"{r} = {{}}")
+        for i, item in enumerate(node["$merge"]):
+            v = self.emit(item, st, out, ind, node["$merge"], i)
+            out.append(pad + f"if {v}: {r}.update({v})")
+        return r
+
+    def c_concat(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        r = self.new("r")
+        out.append(pad + f"{r} = []")
+        for i, item in enumerate(node["$concat"]):
+            v = self.emit(item, st, out, ind, node["$concat"], i)
+            out.append(pad + f"if isinstance({v}, list): {r}.extend({v})")
+            out.append(pad + f"elif {v} is not None: {r}.append({v})")
+        return r
+
+    def c_let(self, node, st, out, ind) -> str:
+        pad = "    " * ind
+        got = [(k, self.local(self.emit(v, st, out, ind, node["$let"], k), out, ind)) for k, v in node["$let"].items()]
+        bound = self.new("V")
+        out.append(pad + f"{bound} = dict({st[1]})")
+        if got:
+            out.append(pad + f"{bound}.update({{" + ", ".join(f"{k!r}: {v}" for k, v in got) + "})")
+        return self.emit(node.get("$in"), (st[0], bound, st[2]), out, ind, node, "$in")
+
+
+def _constructs():
+    from .registry import CONSTRUCTS
+    return CONSTRUCTS
+
+
+class _Lazy(dict):
+    def __contains__(self, key):
+        return key in _constructs()
+
+
+_CONSTRUCTS = _Lazy()
