@@ -22,9 +22,13 @@ class Codec:
         self.run = Run(InvalidRequest if request else UpstreamProtocolError, annotate_paths=self.kind == "request.decode")
         self.params = dict(doc.get("params") or {})
         # A reject table is data; each entry fails through the one failure construct, $fail.
-        self.rejects = [(compiler.build(r["when"], r, "when"), compile_fail(compiler, {"$fail": r["message"], "$param": r["param"]}),
+        self.rejects = [(compiler.compile(r["when"], r, "when"), compile_fail(compiler, {"$fail": r["message"], "$param": r["param"]}),
                          compiler.where(r)) for r in doc.get("reject") or []]
+        # the index of the first reject whose `when` holds, all tested in one generated function
+        self.first_reject = compiler.generator.first_true([(r["when"], r, "when") for r in doc.get("reject") or []]) \
+            if compiler.fast and self.rejects else None
         self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
+        self.advise = _advisory_fn(self.advisory, compiler.file) if self.advisory else None
         self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
         self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
         for name in compiler.named_src:
@@ -35,8 +39,13 @@ class Codec:
         if self.params:
             ctx.param_names.update(self.params)
         scope = Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, self.run)
-        for when, fail, where in self.rejects:
-            if truthy(when(scope)):
+        if self.first_reject is not None:
+            i = self.first_reject(scope)
+            rejects = self.rejects[i:i + 1] if i >= 0 else ()
+        else:
+            rejects = self.rejects
+        for when, fail, where in rejects:
+            if self.first_reject is not None or truthy(when(scope)):
                 try:
                     fail(scope)
                 except TranslationError as err:
@@ -49,10 +58,8 @@ class Codec:
                 target = self.protocol
             else:
                 target = ctx.provider_protocol if self.kind.startswith("request") else ctx.client_protocol
-            for steps in self.advisory:
-                for where, value in _walk(payload, steps, ""):
-                    if value not in NEUTRAL:
-                        ctx.trace(f"dropped advisory field {ctx.param_names.get(where, where)} (no slot in {target})")
+            for where in self.advise(payload):
+                ctx.trace(f"dropped advisory field {ctx.param_names.get(where, where)} (no slot in {target})")
         for hook in self.before:
             payload = hook(scope)
             scope = scope.at(payload)
@@ -71,16 +78,20 @@ class Codec:
 def _strip_paths(value) -> None:
     """Drop the decoder's ``_path`` annotations from a provider request: an encoder
     that copies an IR object wholesale must not leak them upstream."""
-    if isinstance(value, dict):
-        if isinstance(value.get("_path"), str):
-            del value["_path"]
-        for item in value.values():
-            if isinstance(item, (dict, list)):
-                _strip_paths(item)
-    elif isinstance(value, list):
-        for item in value:
-            if isinstance(item, (dict, list)):
-                _strip_paths(item)
+    todo = [value]
+    pop, push = todo.pop, todo.append
+    while todo:
+        value = pop()
+        if isinstance(value, dict):
+            if isinstance(value.get("_path"), str):
+                del value["_path"]
+            for item in value.values():
+                if isinstance(item, (dict, list)):
+                    push(item)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, (dict, list)):
+                    push(item)
 
 
 _STEP = re.compile(r"([A-Za-z_]\w*)((?:\[(?:\*|type=[\w.-]+)\])*)")
@@ -100,21 +111,43 @@ def _advisory_path(entry: str) -> list[tuple]:
     return steps
 
 
-def _walk(value, steps, where):
-    """(wire path, value) for every place an advisory path reaches."""
-    if not steps:
-        yield where, value
-        return
-    (kind, arg), rest = steps[0], steps[1:]
-    if isinstance(value, dict) and isinstance(value.get("_path"), str):
-        where = value["_path"]  # an IR item decoded from the client's wire: name the client's field
-    if kind == "field":
-        if isinstance(value, dict) and arg in value:
-            yield from _walk(value[arg], rest, f"{where}.{arg}" if where else arg)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            if arg is None or (isinstance(item, dict) and item.get("type") == arg):
-                yield from _walk(item, rest, f"{where}[{i}]")
+def _advisory_fn(paths: list, file: str):
+    """``fn(payload) -> [wire path, ...]``: every place an advisory path reaches a value that
+    is not neutral, path by path in document order, as one generated function of nested
+    loops (it runs on every request, and most paths reach nothing). An IR item decoded
+    from the client's wire (with a ``_path``) is named by the client's field."""
+    lines = ["def advise(payload):", "    hits = []"]
+    n = 0
+
+    def walk(steps, var, where, ind):
+        nonlocal n
+        pad = "    " * ind
+        if not steps:
+            lines.append(pad + f"if {var} not in NEUTRAL: hits.append({where})")
+            return
+        n += 1
+        w = f"w{n}"
+        lines.append(pad + f"{w} = {var}['_path'] if isinstance({var}, dict) and isinstance({var}.get('_path'), str) else {where}")
+        (kind, arg), rest = steps[0], steps[1:]
+        if kind == "field":
+            lines.append(pad + f"if isinstance({var}, dict) and {arg!r} in {var}:")
+            v = f"v{n}"
+            lines.append(pad + f"    {v} = {var}[{arg!r}]")
+            walk(rest, v, f"(f'{{{w}}}.{arg}' if {w} else {arg!r})", ind + 1)
+        else:
+            i, item = f"i{n}", f"x{n}"
+            lines.append(pad + f"if isinstance({var}, list):")
+            lines.append(pad + f"    for {i}, {item} in enumerate({var}):")
+            if arg is not None:
+                lines.append(pad + f"        if not (isinstance({item}, dict) and {item}.get('type') == {arg!r}): continue")
+            walk(rest, item, f"f'{{{w}}}[{{{i}}}]'", ind + 2)
+
+    for steps in paths:
+        walk(steps, "payload", "''", 1)
+    lines.append("    return hits")
+    env = {"NEUTRAL": NEUTRAL}
+    exec(compile("\n".join(lines), f"<advisory {file}>", "exec"), env)  # noqa: S102 - generated from checked paths
+    return env["advise"]
 
 
 def _hook(compiler: Compiler, name: str, doc):

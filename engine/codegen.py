@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+import jmespath
+
 from . import expr as _expr
 from .constructs import compile_fail, switch_key
 from .errors import TranslationError
@@ -91,6 +93,17 @@ class Generator:
         if where is None:
             where = self.c.where(parent, key) if parent is not None else self.c.where(node)
         exec(compile("\n".join(src), f"<template {where}>", "exec"), self.env)  # noqa: S102 - generated from checked rules
+        return self.env[name]
+
+    def first_true(self, conditions: list) -> object:
+        """``fn(scope) -> i``: the first of ``(template, parent, key)`` conditions that holds, or -1."""
+        name = self.new("q")
+        body: list[str] = []
+        for i, (node, parent, key) in enumerate(conditions):
+            v = self.emit(node, ("cur", "V", "P"), body, 1, parent, key)
+            body.append(f"    if {_TRUTHY.format(v)}: return {i}")
+        src = [f"def {name}(scope):", "    cur = scope.cur; V = scope.vars; P = scope.path", *body, "    return -1"]
+        exec(compile("\n".join(src), f"<conditions {self.c.file}>", "exec"), self.env)  # noqa: S102
         return self.env[name]
 
     def transition(self, node, steps) -> object:
@@ -226,16 +239,100 @@ class Generator:
                 out.append(pad + f"{r} = {r}.get({step!r}) if isinstance({r}, dict) else None")
             return r
         var = _expr._VAR.match(text)
-        fn = self.new("g")
-        r = self.new("r")
         if var is not None:
-            name, rest = var.groups()
-            self.env[fn] = _expr._compile_selector(rest, self.c.where(parent, key) if parent is not None else f"{self.c.file}:0")
-            out.append(pad + f"{r} = {fn}({st[1]}.get({name!r}))")
+            name, text = var.groups()
+            base = self.local(f"{st[1]}.get({name!r})", out, ind)
         else:
+            base = st[0]
+        try:
+            parsed = jmespath.compile(text).parsed
+            body: list[str] = []
+            r = self.jmespath(parsed, base, body, ind)
+            out.extend(body)
+            return r
+        except _expr._Unsupported:
+            fn, r = self.new("g"), self.new("r")
             self.env[fn] = _expr._compile_selector(text, self.c.where(parent, key) if parent is not None else f"{self.c.file}:0")
-            out.append(pad + f"{r} = {fn}({st[0]})")
-        return r
+            out.append(pad + f"{r} = {fn}({base})")
+            return r
+
+    def jmespath(self, node, v: str, out: list, ind: int) -> str:
+        """Statements for a jmespath AST node applied to the value named ``v``, with the
+        semantics of :func:`engine.expr._closure` (which raises _Unsupported for the rest)."""
+        pad = "    " * ind
+        kind = node["type"]
+        children = node.get("children") or []
+        if kind == "field":
+            r = self.new("r")
+            out.append(pad + f"{r} = {v}.get({node['value']!r}) if isinstance({v}, dict) else None")
+            return r
+        if kind in ("identity", "current"):
+            return v
+        if kind == "literal":
+            return self.const(node["value"])
+        if kind == "pipe":
+            return self.jmespath(children[1], self.jmespath(children[0], v, out, ind), out, ind)
+        if kind == "subexpression":
+            r = self.new("r")
+            out.append(pad + f"{r} = {v}")
+            for step in children:
+                out.append(pad + f"if {r} is not None:")
+                body: list[str] = []
+                x = self.jmespath(step, r, body, ind + 1)
+                out.extend(body)
+                out.append(pad + f"    {r} = {x}")
+            return r
+        if kind == "index":
+            r = self.new("r")
+            i = node["value"]
+            out.append(pad + f"{r} = {v}[{i}] if isinstance({v}, list) and {-i - 1 if i < 0 else i} < len({v}) else None")
+            return r
+        if kind == "index_expression":
+            for step in children:
+                v = self.jmespath(step, v, out, ind)
+            return v
+        if kind == "comparator":
+            a = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            b = self.local(self.jmespath(children[1], v, out, ind), out, ind)
+            r = self.new("r")
+            literal = [c["value"] for c in children if c["type"] == "literal"]
+            if node["value"] in ("eq", "ne") and literal and (literal[0] is None or isinstance(literal[0], str)):
+                # against a string or null, jmespath equality is Python's
+                out.append(pad + f"{r} = {a} {'==' if node['value'] == 'eq' else '!='} {b}")
+            else:
+                op = self.new("op")
+                self.env[op] = _expr._COMPARATORS[node["value"]]
+                out.append(pad + f"{r} = {op}({a}, {b})")
+            return r
+        if kind in ("and_expression", "or_expression"):
+            r = self.new("r")
+            first = self.jmespath(children[0], v, out, ind)
+            out.append(pad + f"{r} = {first}")
+            test = _TRUTHY.format(r)
+            out.append(pad + (f"if {test}:" if kind == "and_expression" else f"if not {test}:"))
+            body = []
+            x = self.jmespath(children[1], v, body, ind + 1)
+            out.extend(body)
+            out.append(pad + f"    {r} = {x}")
+            return r
+        if kind == "not_expression":
+            x = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            r = self.new("r")
+            out.append(pad + f"{r} = not {_TRUTHY.format(x)}")
+            return r
+        if kind == "function_expression" and node["value"] in _expr._FUNCTIONS:
+            fn = self.new("fn")
+            self.env[fn] = _expr._FUNCTIONS[node["value"]]
+            args = [self.local(self.jmespath(c, v, out, ind), out, ind) for c in children]
+            r = self.new("r")
+            out.append(pad + f"{r} = {fn}({', '.join(args)})")
+            return r
+        if kind in ("projection", "filter_projection", "multi_select_list"):
+            fn, r = self.new("g"), self.new("r")
+            self.env[fn] = _expr._closure(node)
+            out.append(pad + f"{r} = {fn}({v})")
+            return r
+        raise _expr._Unsupported
 
     def object(self, node: dict, st, out, ind) -> str:
         # The same as engine.template.Compiler._object, as statements of the enclosing function.
