@@ -85,13 +85,10 @@ def _strip_paths(value) -> None:
         if isinstance(value, dict):
             if isinstance(value.get("_path"), str):
                 del value["_path"]
-            for item in value.values():
-                if isinstance(item, (dict, list)):
-                    push(item)
-        elif isinstance(value, list):
-            for item in value:
-                if isinstance(item, (dict, list)):
-                    push(item)
+            value = value.values()
+        for item in value:
+            if item.__class__ is not str and isinstance(item, (dict, list)):  # most leaves are text
+                push(item)
 
 
 _STEP = re.compile(r"([A-Za-z_]\w*)((?:\[(?:\*|type=[\w.-]+)\])*)")
@@ -113,41 +110,73 @@ def _advisory_path(entry: str) -> list[tuple]:
 
 def _advisory_fn(paths: list, file: str):
     """``fn(payload) -> [wire path, ...]``: every place an advisory path reaches a value that
-    is not neutral, path by path in document order, as one generated function of nested
-    loops (it runs on every request, and most paths reach nothing). An IR item decoded
-    from the client's wire (with a ``_path``) is named by the client's field."""
+    is not neutral, path by path in document order. It runs on every request and most
+    paths reach nothing, so the paths are merged into a tree (``messages[*].content[*]``
+    is walked once for all the paths under it) and generated as one function of nested
+    loops. An IR item decoded from the client's wire (with a ``_path``) is named by the
+    client's field."""
+    tree: dict = {}  # step -> subtree; None -> indexes of the paths that end here
+    for index, steps in enumerate(paths):
+        node = tree
+        for step in steps:
+            node = node.setdefault(step, {})
+        node.setdefault(None, []).append(index)
     lines = ["def advise(payload):", "    hits = []"]
     n = 0
 
-    def walk(steps, var, where, ind):
+    def walk(node, var, where, ind):
         nonlocal n
         pad = "    " * ind
+        for index in node.get(None, ()):
+            lines.append(pad + f"if {var} not in NEUTRAL: hits.append(({index}, {where}))")
+        steps = [step for step in node if step is not None]
         if not steps:
-            lines.append(pad + f"if {var} not in NEUTRAL: hits.append({where})")
             return
         n += 1
         w = f"w{n}"
         lines.append(pad + f"{w} = {var}['_path'] if isinstance({var}, dict) and isinstance({var}.get('_path'), str) else {where}")
-        (kind, arg), rest = steps[0], steps[1:]
-        if kind == "field":
-            lines.append(pad + f"if isinstance({var}, dict) and {arg!r} in {var}:")
-            v = f"v{n}"
-            lines.append(pad + f"    {v} = {var}[{arg!r}]")
-            walk(rest, v, f"(f'{{{w}}}.{arg}' if {w} else {arg!r})", ind + 1)
-        else:
+        for kind, arg in steps:
+            if kind == "field":
+                v = f"v{n}_{arg}"
+                lines.append(pad + f"if isinstance({var}, dict) and {arg!r} in {var}:")
+                lines.append(pad + f"    {v} = {var}[{arg!r}]")
+                walk(node[(kind, arg)], v, f"(f'{{{w}}}.{arg}' if {w} else {arg!r})", ind + 1)
+        each = [arg for kind, arg in steps if kind == "each"]
+        if each:
             i, item = f"i{n}", f"x{n}"
             lines.append(pad + f"if isinstance({var}, list):")
             lines.append(pad + f"    for {i}, {item} in enumerate({var}):")
-            if arg is not None:
-                lines.append(pad + f"        if not (isinstance({item}, dict) and {item}.get('type') == {arg!r}): continue")
-            walk(rest, item, f"f'{{{w}}}[{{{i}}}]'", ind + 2)
+            for arg in each:
+                if arg is None:
+                    walk(node[("each", None)], item, f"f'{{{w}}}[{{{i}}}]'", ind + 2)
+                else:
+                    lines.append(pad + f"        if isinstance({item}, dict) and {item}.get('type') == {arg!r}:")
+                    walk(node[("each", arg)], item, f"f'{{{w}}}[{{{i}}}]'", ind + 3)
 
-    for steps in paths:
-        walk(steps, "payload", "''", 1)
-    lines.append("    return hits")
-    env = {"NEUTRAL": NEUTRAL}
+    walk(tree, "payload", "''", 1)
+    # the tree finds hits in document order within each path; report them path by path
+    lines.append("    if len(hits) > 1: hits.sort(key=FIRST)")
+    lines.append("    return [where for _, where in hits]")
+    env = {"NEUTRAL": NEUTRAL, "FIRST": lambda hit: hit[0]}
     exec(compile("\n".join(lines), f"<advisory {file}>", "exec"), env)  # noqa: S102 - generated from checked paths
     return env["advise"]
+
+
+def _walk(value, steps, where):
+    """(wire path, value) for every place an advisory path reaches (the reference walk)."""
+    if not steps:
+        yield where, value
+        return
+    (kind, arg), rest = steps[0], steps[1:]
+    if isinstance(value, dict) and isinstance(value.get("_path"), str):
+        where = value["_path"]  # an IR item decoded from the client's wire: name the client's field
+    if kind == "field":
+        if isinstance(value, dict) and arg in value:
+            yield from _walk(value[arg], rest, f"{where}.{arg}" if where else arg)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if arg is None or (isinstance(item, dict) and item.get("type") == arg):
+                yield from _walk(item, rest, f"{where}[{i}]")
 
 
 def _hook(compiler: Compiler, name: str, doc):

@@ -107,7 +107,8 @@ class Generator:
         return self.env[name]
 
     def transition(self, node, steps) -> object:
-        """``fn(scope, out) -> bool`` for a stream transition: False when its `when` does not hold.
+        """``fn(event, vars, scope, out) -> bool`` for a stream transition: False when its `when`
+        does not hold. ``scope`` lends its ctx and run (its item and variables are not read).
         ``steps`` are (kind, value node, parent) triples as the transition checked them."""
         name = self.new("s")
         body: list[str] = []
@@ -134,7 +135,7 @@ class Generator:
                         body.append(f"    state[{k!r}] = {v}")
             else:
                 self.emit(value, st, body, 1, node, "steps")
-        src = [f"def {name}(scope, out):", "    cur = scope.cur; V = scope.vars; P = scope.path", *body, "    return True"]
+        src = [f"def {name}(cur, V, scope, out):", "    P = ''", *body, "    return True"]
         exec(compile("\n".join(src), f"<transition {self.c.where(node)}>", "exec"), self.env)  # noqa: S102
         return self.env[name]
 

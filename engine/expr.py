@@ -146,7 +146,11 @@ def _fn_join(sep, items):
 
 
 def _fn_to_string(x):
-    return x if isinstance(x, str) else json.dumps(x, separators=(",", ":"))
+    if isinstance(x, str):
+        return x
+    if type(x) is int:  # the common case (an index): what json.dumps writes, without it
+        return str(x)
+    return json.dumps(x, separators=(",", ":"))
 
 
 def _fn_floor(x):
