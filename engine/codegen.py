@@ -17,6 +17,7 @@ know (v1 idioms that legacy files may still use) calls its checked closure.
 """
 from __future__ import annotations
 
+import linecache
 import re
 
 import jmespath
@@ -64,6 +65,7 @@ class Generator:
             "unknown": _unknown, "switch_key": switch_key,
         }
         self.n = 0
+        self.fresh: set = set()  # locals that hold a container just built: never None or NULL
         self.named: dict[str, list] = {}  # template name -> [fast fn] (a cell: $ref may recurse)
 
     # --- names and output ---------------------------------------------------------
@@ -92,8 +94,7 @@ class Generator:
         src = [f"def {name}(cur, V, P, scope):", *body, f"    return {res}"]
         if where is None:
             where = self.c.where(parent, key) if parent is not None else self.c.where(node)
-        exec(compile("\n".join(src), f"<template {where}>", "exec"), self.env)  # noqa: S102 - generated from checked rules
-        return self.env[name]
+        return self.define(name, src, f"<template {where}>")
 
     def first_true(self, conditions: list) -> object:
         """``fn(scope) -> i``: the first of ``(template, parent, key)`` conditions that holds, or -1."""
@@ -103,8 +104,7 @@ class Generator:
             v = self.emit(node, ("cur", "V", "P"), body, 1, parent, key)
             body.append(f"    if {_TRUTHY.format(v)}: return {i}")
         src = [f"def {name}(scope):", "    cur = scope.cur; V = scope.vars; P = scope.path", *body, "    return -1"]
-        exec(compile("\n".join(src), f"<conditions {self.c.file}>", "exec"), self.env)  # noqa: S102
-        return self.env[name]
+        return self.define(name, src, f"<conditions {self.c.file}>")
 
     def transition(self, node, steps) -> object:
         """``fn(event, vars, scope, out) -> bool`` for a stream transition: False when its `when`
@@ -136,7 +136,15 @@ class Generator:
             else:
                 self.emit(value, st, body, 1, node, "steps")
         src = [f"def {name}(cur, V, scope, out):", "    P = ''", *body, "    return True"]
-        exec(compile("\n".join(src), f"<transition {self.c.where(node)}>", "exec"), self.env)  # noqa: S102
+        return self.define(name, src, f"<transition {self.c.where(node)}>")
+
+    def define(self, name: str, src: list, filename: str):
+        """Compile the generated function ``name``; its code object is named after the rule
+        (``<template rules/x.yaml:12>``), and tracebacks show the generated lines."""
+        text = "\n".join(src) + "\n"
+        filename = f"{filename[:-1]} {name}>"
+        linecache.cache[filename] = (len(text), None, text.splitlines(True), filename)
+        exec(compile(text, filename, "exec"), self.env)  # noqa: S102 - generated from checked rules
         return self.env[name]
 
     def ref(self, name: str) -> list:
@@ -199,7 +207,8 @@ class Generator:
                 v = self.emit(item, st, out, ind, node, i)
                 if v == "None":
                     continue
-                out.append("    " * ind + f"if {v} is not None: {r}.append({v})")
+                out.append("    " * ind + (f"{r}.append({v})" if v in self.fresh else f"if {v} is not None: {r}.append({v})"))
+            self.fresh.add(r)
             return r
         return self.const(node)
 
@@ -328,10 +337,31 @@ class Generator:
             r = self.new("r")
             out.append(pad + f"{r} = {fn}({', '.join(args)})")
             return r
-        if kind in ("projection", "filter_projection", "multi_select_list"):
-            fn, r = self.new("g"), self.new("r")
-            self.env[fn] = _expr._closure(node)
-            out.append(pad + f"{r} = {fn}({v})")
+        if kind in ("projection", "filter_projection"):
+            items = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            r, item = self.new("r"), self.new("x")
+            out.append(pad + f"{r} = None")
+            out.append(pad + f"if isinstance({items}, list):")
+            out.append(pad + f"    {r} = []")
+            out.append(pad + f"    for {item} in {items}:")
+            if kind == "filter_projection":
+                body: list[str] = []
+                c = self.jmespath(children[2], item, body, ind + 2)
+                out.extend(body)
+                out.append(pad + f"        if not {_TRUTHY.format(c)}: continue")
+            body = []
+            x = self.jmespath(children[1], item, body, ind + 2)
+            out.extend(body)
+            out.append(pad + f"        if {x} is not None: {r}.append({x})")
+            return r
+        if kind == "multi_select_list":
+            r = self.new("r")
+            out.append(pad + f"{r} = None")
+            out.append(pad + f"if {v} is not None:")
+            body = []
+            xs = [self.local(self.jmespath(c, v, body, ind + 1), body, ind + 1) for c in children]
+            out.extend(body)
+            out.append(pad + f"    {r} = [{', '.join(xs)}]")
             return r
         raise _expr._Unsupported
 
@@ -356,7 +386,11 @@ class Generator:
                 out.append(pad + f"{o}[{k}] = {self.const(value)}")
             else:
                 v = self.emit(value, st, out, ind, node, key)
-                out.append(pad + f"if {v} is not None: {o}[{k}] = None if {v} is NULL else {v}")
+                if v in self.fresh:
+                    out.append(pad + f"{o}[{k}] = {v}")
+                elif v != "None":
+                    out.append(pad + f"if {v} is not None: {o}[{k}] = None if {v} is NULL else {v}")
+        self.fresh.add(o)
         return o
 
     # --- constructs (engine/constructs.py has the meaning of each) -----------------
@@ -498,7 +532,7 @@ class Generator:
         args = []
         for k, v in args_src.items():
             e = self.local(self.emit(v, st, out, ind, args_src, k), out, ind)
-            args.append(f"{k}=(None if {e} is NULL else {e})")
+            args.append(f"{k}={e}" if e in self.fresh or e == "None" else f"{k}=(None if {e} is NULL else {e})")
         r = self.new("r")
         method = getattr(hook, "method_of", None)
         if method is not None:
@@ -532,8 +566,7 @@ class Generator:
         bound = self.new("V")
         values = {p: "None" for p in params}
         values.update(got)
-        out.append(pad + f"{bound} = dict({st[1]})")
-        out.append(pad + f"{bound}.update({{" + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "})")
+        out.append(pad + f"{bound} = {{**{st[1]}, " + ", ".join(f"{k!r}: {v}" for k, v in values.items()) + "}")
         out.append(pad + f"{r} = {cell}[0]({st[0]}, {bound}, {st[2]}, scope)")
         return r
 
@@ -544,6 +577,7 @@ class Generator:
         for i, item in enumerate(node["$merge"]):
             v = self.emit(item, st, out, ind, node["$merge"], i)
             out.append(pad + f"if {v}: {r}.update({v})")
+        self.fresh.add(r)
         return r
 
     def c_concat(self, node, st, out, ind) -> str:
@@ -554,15 +588,14 @@ class Generator:
             v = self.emit(item, st, out, ind, node["$concat"], i)
             out.append(pad + f"if isinstance({v}, list): {r}.extend({v})")
             out.append(pad + f"elif {v} is not None: {r}.append({v})")
+        self.fresh.add(r)
         return r
 
     def c_let(self, node, st, out, ind) -> str:
         pad = "    " * ind
         got = [(k, self.local(self.emit(v, st, out, ind, node["$let"], k), out, ind)) for k, v in node["$let"].items()]
         bound = self.new("V")
-        out.append(pad + f"{bound} = dict({st[1]})")
-        if got:
-            out.append(pad + f"{bound}.update({{" + ", ".join(f"{k!r}: {v}" for k, v in got) + "})")
+        out.append(pad + f"{bound} = {{**{st[1]}, " + ", ".join(f"{k!r}: {v}" for k, v in got) + "}")
         return self.emit(node.get("$in"), (st[0], bound, st[2]), out, ind, node, "$in")
 
 
