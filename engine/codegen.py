@@ -51,6 +51,9 @@ def _unknown(scope, cur, vars, path, table, key):
     Scope(cur, vars, path, scope.ctx, scope.run).fail(f"unknown {table.source} value {key!r}")
 
 
+#: the state of a generated function: its item, variables, data path, and the item as a dict (or None)
+_TOP = ("cur", "V", "P", "D")
+
 _TRUTHY = "({0} is not None and {0} is not False and (not isinstance({0}, CONTAINERS) or len({0}) > 0))"
 
 
@@ -90,8 +93,8 @@ class Generator:
         """The generated ``fast(cur, V, P, scope)``: ``scope`` lends its ctx and run."""
         name = self.new("t")
         body: list[str] = []
-        res = self.emit(node, ("cur", "V", "P"), body, 1, parent, key)
-        src = [f"def {name}(cur, V, P, scope):", *body, f"    return {res}"]
+        res = self.emit(node, _TOP, body, 1, parent, key)
+        src = [f"def {name}(cur, V, P, scope):", *self.dict_view(_TOP, body, 1), *body, f"    return {res}"]
         if where is None:
             where = self.c.where(parent, key) if parent is not None else self.c.where(node)
         return self.define(name, src, f"<template {where}>")
@@ -101,9 +104,10 @@ class Generator:
         name = self.new("q")
         body: list[str] = []
         for i, (node, parent, key) in enumerate(conditions):
-            v = self.emit(node, ("cur", "V", "P"), body, 1, parent, key)
+            v = self.emit(node, _TOP, body, 1, parent, key)
             body.append(f"    if {_TRUTHY.format(v)}: return {i}")
-        src = [f"def {name}(scope):", "    cur = scope.cur; V = scope.vars; P = scope.path", *body, "    return -1"]
+        src = [f"def {name}(scope):", "    cur = scope.cur; V = scope.vars; P = scope.path", *self.dict_view(_TOP, body, 1),
+               *body, "    return -1"]
         return self.define(name, src, f"<conditions {self.c.file}>")
 
     def transition(self, node, steps) -> object:
@@ -112,7 +116,7 @@ class Generator:
         ``steps`` are (kind, value node, parent) triples as the transition checked them."""
         name = self.new("s")
         body: list[str] = []
-        st = ("cur", "V", "P")
+        st = _TOP
         if "when" in node:
             w = self.emit(node["when"], st, body, 1, node, "when")
             body.append(f"    if not {_TRUTHY.format(w)}: return False")
@@ -135,8 +139,16 @@ class Generator:
                         body.append(f"    state[{k!r}] = {v}")
             else:
                 self.emit(value, st, body, 1, node, "steps")
-        src = [f"def {name}(cur, V, scope, out):", "    P = ''", *body, "    return True"]
+        src = [f"def {name}(cur, V, scope, out):", "    P = ''", *self.dict_view(st, body, 1), *body, "    return True"]
         return self.define(name, src, f"<transition {self.c.where(node)}>")
+
+    @staticmethod
+    def dict_view(st, body: list, ind: int) -> list:
+        """The line that sets the state's dict view (the item, if a dict), when ``body`` reads it."""
+        used = re.compile(rf"\b{st[3]}\b")
+        if any(used.search(line) for line in body):
+            return ["    " * ind + f"{st[3]} = {st[0]} if isinstance({st[0]}, dict) else None"]
+        return []
 
     def define(self, name: str, src: list, filename: str):
         """Compile the generated function ``name``; its code object is named after the rule
@@ -244,7 +256,7 @@ class Generator:
             else:
                 first, *steps = text.split(".")
                 r = self.new("r")
-                out.append(pad + f"{r} = {st[0]}.get({first!r}) if isinstance({st[0]}, dict) else None")
+                out.append(pad + f"{r} = {st[3]}.get({first!r}) if {st[3]} is not None else None")
             for step in steps:
                 out.append(pad + f"{r} = {r}.get({step!r}) if isinstance({r}, dict) else None")
             return r
@@ -410,12 +422,13 @@ class Generator:
         source = node["$map"]
         simple = isinstance(source, str) and _expr._FIELD_PATH.match(source) is not None
         items = self.emit(source, st, out, ind, node, "$map")
-        r, item, i, bound, path, value, prefix, annotate = (self.new(p) for p in ("r", "item", "i", "V", "P", "v", "pre", "ann"))
-        inner = (item, bound, path)
+        r, item, i, bound, path, value, prefix, annotate, view = (
+            self.new(p) for p in ("r", "item", "i", "V", "P", "v", "pre", "ann", "D"))
+        inner = (item, bound, path, view)
         out.append(pad + f"{r} = None")
         out.append(pad + f"if {items} is not None:")
         p1, p2 = pad + "    ", pad + "        "
-        out.append(p1 + f"if not isinstance({items}, list): not_list(scope, {', '.join(st)}, {items}, {source if simple else None!r})")
+        out.append(p1 + f"if not isinstance({items}, list): not_list(scope, {', '.join(st[:3])}, {items}, {source if simple else None!r})")
         out.append(p1 + f"{r} = []")
         if simple:
             out.append(p1 + f"{prefix} = f'{{{st[2]}}}.{source}[' if {st[2]} else {source + '[' !r}")
@@ -426,6 +439,7 @@ class Generator:
         out.append(p2 + (f"{path} = f'{{{prefix}}}{{{i}}}]'" if simple else f"{path} = {st[2]}"))
         out.append(p2 + f"if not {annotate} and type({item}) is dict and '_path' in {item}: {path} = {item}['_path']")
         out.append(p2 + f"{bound}['index'] = {i}")
+        loop_at = len(out)
         if "$where" in node:
             w = self.emit(node["$where"], inner, out, ind + 2, node, "$where")
             out.append(p2 + f"if not {_TRUTHY.format(w)}: continue")
@@ -442,6 +456,7 @@ class Generator:
             out.append(p2 + f"else: {r}.append({value})")
         else:
             out.append(p2 + f"{r}.append({value})")
+        out[loop_at:loop_at] = self.dict_view(inner, out[loop_at:], ind + 2)
         return r
 
     def c_switch(self, node, st, out, ind) -> str:
@@ -469,7 +484,7 @@ class Generator:
             out.extend(body)
             out.append(pad + f"    {r} = {v}")
         else:
-            out.append(pad + f"    {r} = unsupported(scope, {', '.join(st)}, {self.const(label)}, {k})")
+            out.append(pad + f"    {r} = unsupported(scope, {', '.join(st[:3])}, {self.const(label)}, {k})")
         return r
 
     def c_if(self, node, st, out, ind) -> str:
@@ -522,7 +537,7 @@ class Generator:
             out.extend(body)
             out.append(pad + f"    {r} = {v}")
         else:
-            out.append(pad + f"    unknown(scope, {', '.join(st)}, {t}, {k})")
+            out.append(pad + f"    unknown(scope, {', '.join(st[:3])}, {t}, {k})")
         return r
 
     def c_hook(self, node, st, out, ind) -> str:
@@ -559,7 +574,7 @@ class Generator:
         self.env[cell] = self.ref(name)
         r = self.new("r")
         if params is None:
-            out.append(pad + f"{r} = {cell}[0]({', '.join(st)}, scope)")
+            out.append(pad + f"{r} = {cell}[0]({', '.join(st[:3])}, scope)")
             return r
         given = node.get("$args") or {}
         got = [(k, self.local(self.emit(v, st, out, ind, given, k), out, ind)) for k, v in given.items()]
@@ -596,7 +611,7 @@ class Generator:
         got = [(k, self.local(self.emit(v, st, out, ind, node["$let"], k), out, ind)) for k, v in node["$let"].items()]
         bound = self.new("V")
         out.append(pad + f"{bound} = {{**{st[1]}, " + ", ".join(f"{k!r}: {v}" for k, v in got) + "}")
-        return self.emit(node.get("$in"), (st[0], bound, st[2]), out, ind, node, "$in")
+        return self.emit(node.get("$in"), (st[0], bound, st[2], st[3]), out, ind, node, "$in")
 
 
 def _constructs():
