@@ -267,7 +267,7 @@ class Generator:
         else:
             base = st[0]
         try:
-            parsed = jmespath.compile(text).parsed
+            parsed = _expr.checked(jmespath.compile(text).parsed)
             body: list[str] = []
             r = self.jmespath(parsed, base, body, ind)
             out.extend(body)
@@ -308,6 +308,17 @@ class Generator:
             r = self.new("r")
             i = node["value"]
             out.append(pad + f"{r} = {v}[{i}] if isinstance({v}, list) and {-i - 1 if i < 0 else i} < len({v}) else None")
+            return r
+        if kind == "flatten":
+            base = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            r, item = self.new("r"), self.new("x")
+            out.append(pad + f"{r} = None")
+            out.append(pad + f"if isinstance({base}, list):")
+            out.append(pad + f"    {r} = []")
+            out.append(pad + f"    for {item} in {base}:")
+            out.append(pad + f"        if isinstance({item}, list): {r}.extend({item})")
+            out.append(pad + f"        else: {r}.append({item})")
+            self.fresh.discard(r)
             return r
         if kind == "index_expression":
             for step in children:
@@ -396,6 +407,10 @@ class Generator:
                 out.append(pad + f"{o}[{k}] = {self.const(value['$lit'])}")
             elif isinstance(value, (bool, int, float)):
                 out.append(pad + f"{o}[{k}] = {self.const(value)}")
+            elif isinstance(value, dict) and len(value) == 1 and "$nullable" in value:
+                # the key is always sent: the value, or null
+                v = self.emit(value["$nullable"], st, out, ind, value, "$nullable")
+                out.append(pad + f"{o}[{k}] = {v}" if v in self.fresh or v == "None" else pad + f"{o}[{k}] = None if {v} is NULL else {v}")
             else:
                 v = self.emit(value, st, out, ind, node, key)
                 if v in self.fresh:
