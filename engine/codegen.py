@@ -69,6 +69,7 @@ class Generator:
         }
         self.n = 0
         self.fresh: set = set()  # locals that hold a container just built: never None or NULL
+        self.consts: set = set()  # names of rule literals (never NULL)
         self.named: dict[str, list] = {}  # template name -> [fast fn] (a cell: $ref may recurse)
 
     # --- names and output ---------------------------------------------------------
@@ -81,6 +82,7 @@ class Generator:
             return repr(value)
         name = self.new("k")
         self.env[name] = value
+        self.consts.add(name)
         return name
 
     # --- entry points -------------------------------------------------------------
@@ -125,7 +127,7 @@ class Generator:
                 items = value if isinstance(value, list) else [value]
                 for i, item in enumerate(items):
                     v = self.emit(item, st, body, 1, value, i)
-                    body.append(f"    if isinstance({v}, list): out.extend(x for x in {v} if x is not None)")
+                    body.append(f"    if isinstance({v}, list): out.extend([x for x in {v} if x is not None])")
                     body.append(f"    elif {v} is not None: out.append({v})")
             elif kind in ("let", "set"):
                 got = [(str(k), self.local(self.emit(v, st, body, 1, value, k), body, 1)) for k, v in value.items()]
@@ -562,7 +564,7 @@ class Generator:
         args = []
         for k, v in args_src.items():
             e = self.local(self.emit(v, st, out, ind, args_src, k), out, ind)
-            args.append(f"{k}={e}" if e in self.fresh or e == "None" else f"{k}=(None if {e} is NULL else {e})")
+            args.append(f"{k}={e}" if e in self.fresh or e == "None" or e in self.consts else f"{k}=(None if {e} is NULL else {e})")
         r = self.new("r")
         method = getattr(hook, "method_of", None)
         if method is not None:

@@ -507,8 +507,10 @@ class StreamTranslator:
             self._encode(error_event(err), out)
             return
         if self.links is None:
-            for item in wire:
-                out.append(self._sse(item))
+            if wire:
+                sse = self._sse
+                for item in wire:
+                    out.append(sse(item))
         else:
             source = self._origins.pop(id(ev), self._source)
             for item in wire:
@@ -539,7 +541,6 @@ class StreamTranslator:
             return b"data: " + item.encode() + b"\n\n"
         if self.stamp is not None:
             item = self.stamp(item)
-        body = orjson.dumps(item)
         if self.named:
-            return b"event: " + item["type"].encode() + b"\ndata: " + body + b"\n\n"
-        return b"data: " + body + b"\n\n"
+            return b"".join((b"event: ", item["type"].encode(), b"\ndata: ", orjson.dumps(item), b"\n\n"))
+        return b"".join((b"data: ", orjson.dumps(item), b"\n\n"))
