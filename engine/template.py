@@ -193,7 +193,16 @@ class Compiler:
                 lines.append(f"    v = f{i}(scope)")
                 lines.append(f"    if v is not None: out[{k}] = None if v is NULL else v")
         lines.append("    return out")
-        exec(compile("\n".join(lines), f"<template {self.where(node)}>", "exec"), env)  # noqa: S102 - generated from rule keys only
+        filename = f"<template {self.where(node)}>"
+        if self.fast:
+            # The server runs the generated Python of the whole template (engine/codegen.py):
+            # this closure is only a fallback, compiled if it is ever called.
+            def lazy(scope):
+                if "build" not in env:
+                    exec(compile("\n".join(lines), filename, "exec"), env)  # noqa: S102
+                return env["build"](scope)
+            return lazy
+        exec(compile("\n".join(lines), filename, "exec"), env)  # noqa: S102 - generated from rule keys only
         return env["build"]
 
     def _list(self, node: list) -> Fn:
