@@ -4,6 +4,8 @@ from __future__ import annotations
 import functools
 import re
 
+import orjson
+
 from .errors import InvalidRequest, TranslationError, UpstreamProtocolError
 from .expr import truthy
 from .constructs import compile_fail
@@ -78,6 +80,11 @@ class Codec:
 def _strip_paths(value) -> None:
     """Drop the decoder's ``_path`` annotations from a provider request: an encoder
     that copies an IR object wholesale must not leak them upstream."""
+    try:
+        if b'"_path"' not in orjson.dumps(value):
+            return  # the usual case, found by one serialisation (far cheaper than the walk)
+    except (orjson.JSONEncodeError, TypeError):
+        pass  # not JSON as it stands (the walk does not mind)
     todo = [value]
     pop, push = todo.pop, todo.append
     while todo:
