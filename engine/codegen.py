@@ -453,8 +453,9 @@ class Generator:
         # One variables dict for the whole list, as the closure does.
         out.append(p1 + f"{bound} = dict({st[1]}); {bound}['parent'] = {st[0]}")
         out.append(p1 + f"for {i}, {item} in enumerate({items}):")
-        out.append(p2 + (f"{path} = f'{{{prefix}}}{{{i}}}]'" if simple else f"{path} = {st[2]}"))
+        # an IR item decoded from the client's wire names its own field
         out.append(p2 + f"if not {annotate} and type({item}) is dict and '_path' in {item}: {path} = {item}['_path']")
+        out.append(p2 + "else: " + (f"{path} = f'{{{prefix}}}{{{i}}}]'" if simple else f"{path} = {st[2]}"))
         out.append(p2 + f"{bound}['index'] = {i}")
         loop_at = len(out)
         if "$where" in node:
