@@ -355,6 +355,12 @@ class Generator:
             r = self.new("r")
             out.append(pad + f"{r} = not {_TRUTHY.format(x)}")
             return r
+        if kind == "function_expression" and node["value"] == "to_string" and len(children) == 1:
+            x = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            fn, r = self.new("fn"), self.new("r")
+            self.env[fn] = _expr._fn_to_string
+            out.append(pad + f"{r} = {x} if type({x}) is str else str({x}) if type({x}) is int else {fn}({x})")
+            return r
         if kind == "function_expression" and node["value"] in _expr._FUNCTIONS:
             fn = self.new("fn")
             self.env[fn] = _expr._FUNCTIONS[node["value"]]

@@ -148,8 +148,12 @@ def _fn_ends_with(subject, suffix):
 
 
 def _fn_join(sep, items):
-    if isinstance(sep, str) and isinstance(items, list) and all(isinstance(i, str) for i in items):
-        return sep.join(items)
+    if isinstance(sep, str) and isinstance(items, list):
+        for item in items:
+            if not isinstance(item, str):
+                break
+        else:
+            return sep.join(items)
     raise TypeError("join() needs a string and an array of strings")
 
 
