@@ -193,7 +193,7 @@ class Generator:
         if isinstance(node, dict):
             if not any(isinstance(k, str) and k.startswith("$") for k in node):
                 return self.object(node, st, out, ind)
-            name = next((k for k in node if k in _CONSTRUCTS), None)
+            name = next((k for k in node if k in self.c.registry.CONSTRUCTS), None)
             method = getattr(self, "c_" + name[1:], None) if name is not None else None
             if method is None or (name == "$hook" and node["$hook"] in self.c.registry.RETIRED_HOOKS):
                 return self.closure(node, st, out, ind)
@@ -637,15 +637,3 @@ class Generator:
         out.append(pad + f"{bound} = {{**{st[1]}, " + ", ".join(f"{k!r}: {v}" for k, v in got) + "}")
         return self.emit(node.get("$in"), (st[0], bound, st[2], st[3]), out, ind, node, "$in")
 
-
-def _constructs():
-    from .registry import CONSTRUCTS
-    return CONSTRUCTS
-
-
-class _Lazy(dict):
-    def __contains__(self, key):
-        return key in _constructs()
-
-
-_CONSTRUCTS = _Lazy()
