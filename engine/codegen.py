@@ -70,6 +70,7 @@ class Generator:
         self.n = 0
         self.fresh: set = set()  # locals that hold a container just built: never None or NULL
         self.consts: set = set()  # names of rule literals (never NULL)
+        self.bools: set = set()  # locals that hold a comparison's or a negation's result
         self.named: dict[str, list] = {}  # template name -> [fast fn] (a cell: $ref may recurse)
 
     # --- names and output ---------------------------------------------------------
@@ -107,7 +108,7 @@ class Generator:
         body: list[str] = []
         for i, (node, parent, key) in enumerate(conditions):
             v = self.emit(node, _TOP, body, 1, parent, key)
-            body.append(f"    if {_TRUTHY.format(v)}: return {i}")
+            body.append(f"    if {self.truthy(v)}: return {i}")
         src = [f"def {name}(scope):", "    cur = scope.cur; V = scope.vars; P = scope.path", *self.dict_view(_TOP, body, 1),
                *body, "    return -1"]
         return self.define(name, src, f"<conditions {self.c.file}>")
@@ -121,7 +122,7 @@ class Generator:
         st = _TOP
         if "when" in node:
             w = self.emit(node["when"], st, body, 1, node, "when")
-            body.append(f"    if not {_TRUTHY.format(w)}: return False")
+            body.append(f"    if not {self.truthy(w)}: return False")
         for kind, value in steps:
             if kind == "emit":
                 items = value if isinstance(value, list) else [value]
@@ -168,6 +169,10 @@ class Generator:
             _, body = template_params(self.c.named_src[name])
             cell.append(self.function(body, self.c.named_src, name))
         return cell
+
+    def truthy(self, v: str) -> str:
+        """The jmespath truthiness test of the value named ``v`` (a bool is its own)."""
+        return v if v in self.bools else _TRUTHY.format(v)
 
     # --- code for one node --------------------------------------------------------
     def local(self, expr: str, out: list, ind: int) -> str:
@@ -271,7 +276,7 @@ class Generator:
         try:
             parsed = _expr.checked(jmespath.compile(text).parsed)
             body: list[str] = []
-            r = self.jmespath(parsed, base, body, ind)
+            r = self.jmespath(parsed, base, body, ind, st[3] if base == st[0] else None)
             out.extend(body)
             return r
         except _expr._Unsupported:
@@ -280,7 +285,7 @@ class Generator:
             out.append(pad + f"{r} = {fn}({base})")
             return r
 
-    def jmespath(self, node, v: str, out: list, ind: int) -> str:
+    def jmespath(self, node, v: str, out: list, ind: int, view: str | None = None) -> str:
         """Statements for a jmespath AST node applied to the value named ``v``, with the
         semantics of :func:`engine.expr._closure` (which raises _Unsupported for the rest)."""
         pad = "    " * ind
@@ -295,7 +300,20 @@ class Generator:
         if kind == "literal":
             return self.const(node["value"])
         if kind == "pipe":
-            return self.jmespath(children[1], self.jmespath(children[0], v, out, ind), out, ind)
+            return self.jmespath(children[1], self.jmespath(children[0], v, out, ind, view), out, ind)
+        if kind == "subexpression" and all(c["type"] == "field" for c in children):
+            # a.b.c: each step is null-safe by itself
+            r = self.new("r")
+            first, *rest = children
+            out.append(pad + (f"{r} = {view}.get({first['value']!r}) if {view} is not None else None" if view
+                              else f"{r} = {v}.get({first['value']!r}) if isinstance({v}, dict) else None"))
+            for step in rest:
+                out.append(pad + f"{r} = {r}.get({step['value']!r}) if isinstance({r}, dict) else None")
+            return r
+        if kind == "field" and view:
+            r = self.new("r")
+            out.append(pad + f"{r} = {view}.get({node['value']!r}) if {view} is not None else None")
+            return r
         if kind == "subexpression":
             r = self.new("r")
             out.append(pad + f"{r} = {v}")
@@ -312,7 +330,7 @@ class Generator:
             out.append(pad + f"{r} = {v}[{i}] if isinstance({v}, list) and {-i - 1 if i < 0 else i} < len({v}) else None")
             return r
         if kind == "flatten":
-            base = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            base = self.local(self.jmespath(children[0], v, out, ind, view), out, ind)
             r, item = self.new("r"), self.new("x")
             out.append(pad + f"{r} = None")
             out.append(pad + f"if isinstance({base}, list):")
@@ -327,13 +345,14 @@ class Generator:
                 v = self.jmespath(step, v, out, ind)
             return v
         if kind == "comparator":
-            a = self.local(self.jmespath(children[0], v, out, ind), out, ind)
-            b = self.local(self.jmespath(children[1], v, out, ind), out, ind)
+            a = self.local(self.jmespath(children[0], v, out, ind, view), out, ind)
+            b = self.local(self.jmespath(children[1], v, out, ind, view), out, ind)
             r = self.new("r")
             literal = [c["value"] for c in children if c["type"] == "literal"]
             if node["value"] in ("eq", "ne") and literal and (literal[0] is None or isinstance(literal[0], str)):
                 # against a string or null, jmespath equality is Python's
                 out.append(pad + f"{r} = {a} {'==' if node['value'] == 'eq' else '!='} {b}")
+                self.bools.add(r)
             else:
                 op = self.new("op")
                 self.env[op] = _expr._COMPARATORS[node["value"]]
@@ -341,22 +360,23 @@ class Generator:
             return r
         if kind in ("and_expression", "or_expression"):
             r = self.new("r")
-            first = self.jmespath(children[0], v, out, ind)
+            first = self.jmespath(children[0], v, out, ind, view)
             out.append(pad + f"{r} = {first}")
-            test = _TRUTHY.format(r)
+            test = self.truthy(r)
             out.append(pad + (f"if {test}:" if kind == "and_expression" else f"if not {test}:"))
             body = []
-            x = self.jmespath(children[1], v, body, ind + 1)
+            x = self.jmespath(children[1], v, body, ind + 1, view)
             out.extend(body)
             out.append(pad + f"    {r} = {x}")
             return r
         if kind == "not_expression":
-            x = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            x = self.local(self.jmespath(children[0], v, out, ind, view), out, ind)
             r = self.new("r")
-            out.append(pad + f"{r} = not {_TRUTHY.format(x)}")
+            out.append(pad + f"{r} = not {self.truthy(x)}")
+            self.bools.add(r)
             return r
         if kind == "function_expression" and node["value"] == "to_string" and len(children) == 1:
-            x = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            x = self.local(self.jmespath(children[0], v, out, ind, view), out, ind)
             fn, r = self.new("fn"), self.new("r")
             self.env[fn] = _expr._fn_to_string
             out.append(pad + f"{r} = {x} if type({x}) is str else str({x}) if type({x}) is int else {fn}({x})")
@@ -364,12 +384,12 @@ class Generator:
         if kind == "function_expression" and node["value"] in _expr._FUNCTIONS:
             fn = self.new("fn")
             self.env[fn] = _expr._FUNCTIONS[node["value"]]
-            args = [self.local(self.jmespath(c, v, out, ind), out, ind) for c in children]
+            args = [self.local(self.jmespath(c, v, out, ind, view), out, ind) for c in children]
             r = self.new("r")
             out.append(pad + f"{r} = {fn}({', '.join(args)})")
             return r
         if kind in ("projection", "filter_projection"):
-            items = self.local(self.jmespath(children[0], v, out, ind), out, ind)
+            items = self.local(self.jmespath(children[0], v, out, ind, view), out, ind)
             r, item = self.new("r"), self.new("x")
             out.append(pad + f"{r} = None")
             out.append(pad + f"if isinstance({items}, list):")
@@ -379,7 +399,7 @@ class Generator:
                 body: list[str] = []
                 c = self.jmespath(children[2], item, body, ind + 2)
                 out.extend(body)
-                out.append(pad + f"        if not {_TRUTHY.format(c)}: continue")
+                out.append(pad + f"        if not {self.truthy(c)}: continue")
             body = []
             x = self.jmespath(children[1], item, body, ind + 2)
             out.extend(body)
@@ -390,7 +410,7 @@ class Generator:
             out.append(pad + f"{r} = None")
             out.append(pad + f"if {v} is not None:")
             body = []
-            xs = [self.local(self.jmespath(c, v, body, ind + 1), body, ind + 1) for c in children]
+            xs = [self.local(self.jmespath(c, v, body, ind + 1, view), body, ind + 1) for c in children]
             out.extend(body)
             out.append(pad + f"    {r} = [{', '.join(xs)}]")
             return r
@@ -466,7 +486,7 @@ class Generator:
         loop_at = len(out)
         if "$where" in node:
             w = self.emit(node["$where"], inner, out, ind + 2, node, "$where")
-            out.append(p2 + f"if not {_TRUTHY.format(w)}: continue")
+            out.append(p2 + f"if not {self.truthy(w)}: continue")
         v = self.emit(node.get("$as", "@"), inner, out, ind + 2, node, "$as")
         out.append(p2 + f"{value} = {v}")
         out.append(p2 + f"if {value} is None: continue")
@@ -515,7 +535,7 @@ class Generator:
         pad = "    " * ind
         c = self.emit(node["$if"], st, out, ind, node, "$if")
         r = self.new("r")
-        out.append(pad + f"if {_TRUTHY.format(c)}:")
+        out.append(pad + f"if {self.truthy(c)}:")
         body: list[str] = []
         v = self.emit(node.get("$then"), st, body, ind + 1, node, "$then")
         out.extend(body)
