@@ -1,6 +1,6 @@
 """Engine-only micro benchmarks (no network): what translation itself costs.
 
-    python -m bench.micro [--seconds 0.3] [--deltas 64]
+    python -m bench.micro [--seconds 0.3] [--deltas 64] [--pairs chat->anthropic,...] [--cpu] [--best]
 
 Per translated pair: request translation (µs per request, Context creation included, as the
 proxy builds one per request), non-streaming response translation (µs per response), and a
@@ -23,22 +23,28 @@ from bench import payloads
 from bench.payloads import PROTOCOLS, SHORT
 
 REPEATS = 5
+#: how `timed` measures: the clock (perf_counter: wall; process_time: this process's CPU,
+#: steadier on a shared machine) and the statistic over the batches (median, or min: the
+#: least disturbed batch). main() sets them from --cpu and --best.
+CLOCK: Callable[[], float] = time.perf_counter
+STAT: Callable[[list], float] = statistics.median
 
 
 def timed(fn: Callable[[], object], seconds: float) -> float:
-    """Median seconds per call of fn over REPEATS timed batches that fill `seconds` together."""
+    """Seconds per call of fn (median or min, see STAT) over REPEATS timed batches that fill `seconds` together."""
+    clock = CLOCK
     fn()
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    once = max(time.perf_counter() - t0, 1e-7)
+    once = max(clock() - t0, 1e-7)
     per_batch = max(1, int(seconds / REPEATS / once))
     results = []
     for _ in range(REPEATS):
-        t0 = time.perf_counter()
+        t0 = clock()
         for _ in range(per_batch):
             fn()
-        results.append((time.perf_counter() - t0) / per_batch)
-    return statistics.median(results)
+        results.append((clock() - t0) / per_batch)
+    return STAT(results)
 
 
 def sse_events(protocol: str, deltas: int) -> list:
@@ -185,8 +191,23 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.3, help="time per measurement")
     parser.add_argument("--deltas", type=int, default=payloads.DEFAULT_DELTAS)
+    parser.add_argument("--pairs", help="comma-separated client->provider pairs (short names, e.g. chat->anthropic); default all")
+    parser.add_argument("--cpu", action="store_true", help="time this process's CPU (process_time), not the wall clock")
+    parser.add_argument("--best", action="store_true", help="report the fastest batch, not the median")
     args = parser.parse_args(argv)
-    print(table(run(args.seconds, args.deltas)))
+    global CLOCK, STAT
+    CLOCK = time.process_time if args.cpu else time.perf_counter
+    STAT = min if args.best else statistics.median
+    pairs = None
+    if args.pairs:
+        by_short = {v: k for k, v in SHORT.items()}
+        try:
+            pairs = [tuple(by_short[name.strip()] for name in item.split("->")) for item in args.pairs.split(",")]
+        except KeyError as err:
+            parser.error(f"unknown protocol {err} in --pairs (known: {', '.join(SHORT.values())})")
+        if any(len(p) != 2 for p in pairs):
+            parser.error("--pairs takes client->provider items, e.g. chat->anthropic")
+    print(table(run(args.seconds, args.deltas, pairs)))
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 import functools
 import re
 
+import orjson
+
 from .errors import InvalidRequest, TranslationError, UpstreamProtocolError
 from .expr import truthy
 from .constructs import compile_fail
@@ -24,19 +26,28 @@ class Codec:
         # A reject table is data; each entry fails through the one failure construct, $fail.
         self.rejects = [(compiler.compile(r["when"], r, "when"), compile_fail(compiler, {"$fail": r["message"], "$param": r["param"]}),
                          compiler.where(r)) for r in doc.get("reject") or []]
+        # the index of the first reject whose `when` holds, all tested in one generated function
+        self.first_reject = compiler.generator.first_true([(r["when"], r, "when") for r in doc.get("reject") or []]) \
+            if compiler.fast and self.rejects else None
         self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
+        self.advise = _advisory_fn(self.advisory, compiler.file) if self.advisory else None
         self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
         self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
         for name in compiler.named_src:
             compiler.ref(name)
-        self.output = compiler.compile(doc["output"], doc)
+        self.output = compiler.build(doc["output"], doc)
 
     def apply(self, payload, ctx):
         if self.params:
             ctx.param_names.update(self.params)
         scope = Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, self.run)
-        for when, fail, where in self.rejects:
-            if truthy(when(scope)):
+        if self.first_reject is not None:
+            i = self.first_reject(scope)
+            rejects = self.rejects[i:i + 1] if i >= 0 else ()
+        else:
+            rejects = self.rejects
+        for when, fail, where in rejects:
+            if self.first_reject is not None or truthy(when(scope)):
                 try:
                     fail(scope)
                 except TranslationError as err:
@@ -49,10 +60,8 @@ class Codec:
                 target = self.protocol
             else:
                 target = ctx.provider_protocol if self.kind.startswith("request") else ctx.client_protocol
-            for steps in self.advisory:
-                for where, value in _walk(payload, steps, ""):
-                    if value not in NEUTRAL:
-                        ctx.trace(f"dropped advisory field {ctx.param_names.get(where, where)} (no slot in {target})")
+            for where in self.advise(payload):
+                ctx.trace(f"dropped advisory field {ctx.param_names.get(where, where)} (no slot in {target})")
         for hook in self.before:
             payload = hook(scope)
             scope = scope.at(payload)
@@ -71,16 +80,22 @@ class Codec:
 def _strip_paths(value) -> None:
     """Drop the decoder's ``_path`` annotations from a provider request: an encoder
     that copies an IR object wholesale must not leak them upstream."""
-    if isinstance(value, dict):
-        if isinstance(value.get("_path"), str):
-            del value["_path"]
-        for item in value.values():
-            if isinstance(item, (dict, list)):
-                _strip_paths(item)
-    elif isinstance(value, list):
+    try:
+        if b'"_path"' not in orjson.dumps(value):
+            return  # the usual case, found by one serialisation (far cheaper than the walk)
+    except (orjson.JSONEncodeError, TypeError):
+        pass  # not JSON as it stands (the walk does not mind)
+    todo = [value]
+    pop, push = todo.pop, todo.append
+    while todo:
+        value = pop()
+        if isinstance(value, dict):
+            if isinstance(value.get("_path"), str):
+                del value["_path"]
+            value = value.values()
         for item in value:
-            if isinstance(item, (dict, list)):
-                _strip_paths(item)
+            if item.__class__ is not str and isinstance(item, (dict, list)):  # most leaves are text
+                push(item)
 
 
 _STEP = re.compile(r"([A-Za-z_]\w*)((?:\[(?:\*|type=[\w.-]+)\])*)")
@@ -100,8 +115,62 @@ def _advisory_path(entry: str) -> list[tuple]:
     return steps
 
 
+def _advisory_fn(paths: list, file: str):
+    """``fn(payload) -> [wire path, ...]``: every place an advisory path reaches a value that
+    is not neutral, path by path in document order. It runs on every request and most
+    paths reach nothing, so the paths are merged into a tree (``messages[*].content[*]``
+    is walked once for all the paths under it) and generated as one function of nested
+    loops. An IR item decoded from the client's wire (with a ``_path``) is named by the
+    client's field."""
+    tree: dict = {}  # step -> subtree; None -> indexes of the paths that end here
+    for index, steps in enumerate(paths):
+        node = tree
+        for step in steps:
+            node = node.setdefault(step, {})
+        node.setdefault(None, []).append(index)
+    lines = ["def advise(payload):", "    hits = []"]
+    n = 0
+
+    def walk(node, var, where, ind):
+        nonlocal n
+        pad = "    " * ind
+        for index in node.get(None, ()):
+            lines.append(pad + f"if {var} not in NEUTRAL: hits.append(({index}, {where}))")
+        steps = [step for step in node if step is not None]
+        if not steps:
+            return
+        n += 1
+        w = f"w{n}"
+        lines.append(pad + f"{w} = {var}['_path'] if isinstance({var}, dict) and isinstance({var}.get('_path'), str) else {where}")
+        for kind, arg in steps:
+            if kind == "field":
+                v = f"v{n}_{arg}"
+                lines.append(pad + f"if isinstance({var}, dict) and {arg!r} in {var}:")
+                lines.append(pad + f"    {v} = {var}[{arg!r}]")
+                walk(node[(kind, arg)], v, f"(f'{{{w}}}.{arg}' if {w} else {arg!r})", ind + 1)
+        each = [arg for kind, arg in steps if kind == "each"]
+        if each:
+            i, item = f"i{n}", f"x{n}"
+            lines.append(pad + f"if isinstance({var}, list):")
+            lines.append(pad + f"    for {i}, {item} in enumerate({var}):")
+            for arg in each:
+                if arg is None:
+                    walk(node[("each", None)], item, f"f'{{{w}}}[{{{i}}}]'", ind + 2)
+                else:
+                    lines.append(pad + f"        if isinstance({item}, dict) and {item}.get('type') == {arg!r}:")
+                    walk(node[("each", arg)], item, f"f'{{{w}}}[{{{i}}}]'", ind + 3)
+
+    walk(tree, "payload", "''", 1)
+    # the tree finds hits in document order within each path; report them path by path
+    lines.append("    if len(hits) > 1: hits.sort(key=FIRST)")
+    lines.append("    return [where for _, where in hits]")
+    env = {"NEUTRAL": NEUTRAL, "FIRST": lambda hit: hit[0]}
+    exec(compile("\n".join(lines), f"<advisory {file}>", "exec"), env)  # noqa: S102 - generated from checked paths
+    return env["advise"]
+
+
 def _walk(value, steps, where):
-    """(wire path, value) for every place an advisory path reaches."""
+    """(wire path, value) for every place an advisory path reaches (the reference walk)."""
     if not steps:
         yield where, value
         return

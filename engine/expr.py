@@ -61,7 +61,7 @@ def _compile_selector(text: str, where: str):
     except jmespath.exceptions.JMESPathError as err:
         raise RuleError(f"bad jmespath expression {text!r}: {err}".replace("\n", " "), *_split(where)) from err
     try:
-        return _closure(compiled.parsed)
+        return _closure(checked(compiled.parsed))
     except _Unsupported:
         return lambda value: compiled.search(value, OPTIONS)
 
@@ -139,14 +139,30 @@ def _fn_starts_with(subject, prefix):
     raise TypeError("starts_with() on a non-string")
 
 
+def _fn_ends_with(subject, suffix):
+    if isinstance(subject, str) and isinstance(suffix, str):
+        return subject.endswith(suffix)
+    # the error jmespath raises (its name is in the malformed-payload message)
+    bad = subject if not isinstance(subject, str) else suffix
+    raise jmespath.exceptions.JMESPathTypeError("ends_with", bad, type(bad).__name__, ["string"])
+
+
 def _fn_join(sep, items):
-    if isinstance(sep, str) and isinstance(items, list) and all(isinstance(i, str) for i in items):
-        return sep.join(items)
+    if isinstance(sep, str) and isinstance(items, list):
+        for item in items:
+            if not isinstance(item, str):
+                break
+        else:
+            return sep.join(items)
     raise TypeError("join() needs a string and an array of strings")
 
 
 def _fn_to_string(x):
-    return x if isinstance(x, str) else json.dumps(x, separators=(",", ":"))
+    if isinstance(x, str):
+        return x
+    if type(x) is int:  # the common case (an index): what json.dumps writes, without it
+        return str(x)
+    return json.dumps(x, separators=(",", ":"))
 
 
 def _fn_floor(x):
@@ -161,8 +177,23 @@ def _fn_split(text, sep):
     raise TypeError("split() needs strings")
 
 
-_FUNCTIONS = {"length": _fn_length, "type": _type_name, "contains": _fn_contains, "starts_with": _fn_starts_with,
+_FUNCTIONS = {"length": _fn_length, "type": _type_name, "contains": _fn_contains, "starts_with": _fn_starts_with, "ends_with": _fn_ends_with,
               "join": _fn_join, "to_string": _fn_to_string, "floor": _fn_floor, "split": _fn_split}
+
+
+def _kinds(node):
+    yield node["type"]
+    for child in node.get("children") or ():
+        yield from _kinds(child)
+
+
+def checked(parsed):
+    """``parsed``, or _Unsupported: a flatten (``a[]``) with a function call is left to
+    jmespath, whose own type errors such selectors have always raised."""
+    kinds = set(_kinds(parsed))
+    if "flatten" in kinds and "function_expression" in kinds:
+        raise _Unsupported
+    return parsed
 
 
 def _closure(node):
@@ -201,6 +232,21 @@ def _closure(node):
             except IndexError:
                 return None
         return at
+    if kind == "flatten":  # a[]: one level of nested lists spliced
+        inner = _closure(children[0])
+
+        def flatten(v):
+            base = inner(v)
+            if not isinstance(base, list):
+                return None
+            out = []
+            for item in base:
+                if isinstance(item, list):
+                    out.extend(item)
+                else:
+                    out.append(item)
+            return out
+        return flatten
     if kind == "index_expression":
         # a[0][1] is one index_expression: the base, then each index in turn
         steps = [_closure(c) for c in children]

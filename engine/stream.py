@@ -31,6 +31,8 @@ from .template import CONSTRUCTS, Compiler, Run, Scope, template_params
 from .toolcalls import StreamRestorer
 
 IR_TERMINAL = "message_stop"
+#: the IR events StreamTranslator._observe acts on
+_OBSERVED = frozenset({"block_start", "block_stop", IR_TERMINAL, "error"})
 
 #: the variables every stream template may read; others must be bound by a step
 #: (``let``), a template parameter, ``$let`` or ``$map``.
@@ -93,7 +95,7 @@ def _check_free(compiler: Compiler, node, bound: frozenset, what: str) -> None:
 
 
 class Transition:
-    __slots__ = ("when", "steps", "where")
+    __slots__ = ("when", "steps", "where", "fast")
 
     def __init__(self, node, compiler: Compiler):
         if not isinstance(node, dict):
@@ -112,6 +114,7 @@ class Transition:
         else:
             self.when = None
         self.steps = []
+        raw = []  # (action, its value) of each step, for the generated function
         steps = node.get("steps") or []
         if not isinstance(steps, list):
             raise compiler.error(node, "`steps` is a list: one action per item, run in order", "steps")
@@ -127,6 +130,7 @@ class Transition:
                                      "write each action as its own list item, in the order it must run")
             kind = actions[0]
             value = step[kind]
+            raw.append((kind, value))
             if kind in ("let", "set"):
                 if not isinstance(value, dict) or not value:
                     raise compiler.error(step, f"`{kind}` takes a mapping of name -> template", kind)
@@ -146,6 +150,8 @@ class Transition:
             else:
                 _check_free(compiler, value, bound, "`do`")
                 self.steps.append(("do", compiler.compile(value, step)))
+        # fast(event, vars, scope, out) -> False when `when` does not hold; else the steps ran (engine/codegen.py)
+        self.fast = compiler.generator.transition(node, raw) if compiler.fast else None
 
     def run(self, scope: Scope, out: list) -> None:
         for kind, payload in self.steps:
@@ -172,6 +178,7 @@ def _method_hook(obj_name: str, method: str):
     def call(scope, **args):
         return getattr(scope.vars[_OBJECTS][obj_name], method)(**args)
     call.__name__ = f"{obj_name}.{method}"
+    call.method_of = (obj_name, method)  # generated code calls the method itself
     return call
 
 
@@ -209,11 +216,20 @@ class StreamRules:
         self.key = compile_expr(doc["key"], compiler.where(doc, "key")) if "key" in doc else None
         self.split = self._entry(doc, "split", compiler)
         self.stamp = self._entry(doc, "stamp", compiler)
+        # `split` / `stamp` as (object, method) when a state object's: a run calls it directly
+        self.split_method, self.stamp_method = (self._method(doc, k) for k in ("split", "stamp"))
+        # plain values (the usual state) are copied per stream without deepcopy's walk
+        self.flat_state = all(v is None or isinstance(v, (str, int, float)) for v in self.initial_state.values())
+        self.fast = all(t.fast is not None for ts in (*self.on.values(), self.eof) for t in ts)
         self.named_sse = doc.get("sse", "named") == "named"
         self.overlap = doc.get("overlap", True)
         self.unknown_is_error = doc.get("unknown", "ignore") == "error"
         for name in compiler.named_src:
             compiler.ref(name)
+
+    def _method(self, doc, key):
+        obj, _, method = str(doc.get(key, "")).partition(".")
+        return (obj, method) if obj in self.objects else None
 
     def _entry(self, doc, key, compiler):
         """`split` / `stamp`: a hook or an object's method, given the wire event."""
@@ -236,10 +252,19 @@ class StreamRun:
 
     def __init__(self, rules: StreamRules, ctx):
         self.rules, self.ctx = rules, ctx
-        self.state = copy.deepcopy(rules.initial_state)
+        self.state = dict(rules.initial_state) if rules.flat_state else copy.deepcopy(rules.initial_state)
         self.objects = {name: cls(ctx) for name, cls in rules.objects.items()}
         self.vars = {"ctx": ctx.vars(), "state": self.state, "root": None, _OBJECTS: self.objects}
         self.run = Run(UpstreamProtocolError)
+        # What the generated transitions take their ctx and run from (not an item).
+        self.base = Scope(None, self.vars, "", ctx, self.run)
+        self.fast = rules.fast
+        obj = rules.split_method
+        self.split = getattr(self.objects[obj[0]], obj[1]) if obj is not None else \
+            (lambda payload: rules.split(Scope(payload, self.vars, "", self.ctx, self.run))) if rules.split is not None else None
+        obj = rules.stamp_method
+        self.stamp = getattr(self.objects[obj[0]], obj[1]) if obj is not None else \
+            (lambda item: rules.stamp(Scope(item, self.vars, "", self.ctx, self.run))) if rules.stamp is not None else None
 
     def handle(self, key: str, event) -> list:
         transitions = self.rules.on.get(key)
@@ -248,6 +273,19 @@ class StreamRun:
                 raise UpstreamProtocolError(f"unexpected {self.rules.protocol} stream event {key!r}")
             return []
         out: list = []
+        if self.fast:
+            vars, base = self.vars, self.base
+            for t in transitions:
+                try:
+                    if t.fast(event, vars, base, out):
+                        break
+                except TranslationError as err:
+                    if err.rule is None:
+                        err.rule = t.where
+                    raise
+                except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
+                    raise UpstreamProtocolError(f"malformed {self.rules.protocol} stream event {key!r}", None, t.where) from err
+            return out
         scope = Scope(event, self.vars, "", self.ctx, self.run)
         for t in transitions:
             try:
@@ -265,6 +303,11 @@ class StreamRun:
 
     def handle_eof(self) -> list:
         out: list = []
+        if self.fast:
+            for t in self.rules.eof:
+                if t.fast({}, self.vars, self.base, out):
+                    break
+            return out
         scope = Scope({}, self.vars, "", self.ctx, self.run)
         for t in self.rules.eof:
             if t.when is None or truthy(t.when(scope)):
@@ -275,9 +318,9 @@ class StreamRun:
     def decode(self, payload) -> list:
         """Wire event (parsed) -> IR events."""
         rules = self.rules
-        if rules.split is not None:
+        if self.split is not None:
             out = []
-            for sub in rules.split(Scope(payload, self.vars, "", self.ctx, self.run)):
+            for sub in self.split(payload):
                 out.extend(self.handle(sub["type"], sub))
             return out
         key = rules.key(Scope(payload, self.vars, "", self.ctx, self.run)) if rules.key else payload.get("type")
@@ -351,7 +394,7 @@ class StreamTranslator:
         # Calls of tools the provider saw under another name or form (engine/toolcalls.py).
         self.restorer = StreamRestorer(ctx.tool_calls) if getattr(ctx, "tool_calls", None) else None
         self.named = encoder.named_sse
-        self.stamp = encoder.stamp
+        self.stamp = self.encoder.stamp
         self.complete = False
         self.failed = False
         # True when the stream failed because a source event could not be translated
@@ -441,7 +484,8 @@ class StreamTranslator:
         if self.restorer is not None:
             events = [r for ev in events for r in self.restorer.push(ev)]
         for ev in events:
-            self._observe(ev)
+            if ev["type"] in _OBSERVED:
+                self._observe(ev)
             if self.links is not None:
                 self._origins[id(ev)] = self._source
             staged = self.serializer.push(ev) if self.serializer is not None else (ev,)
@@ -463,8 +507,10 @@ class StreamTranslator:
             self._encode(error_event(err), out)
             return
         if self.links is None:
-            for item in wire:
-                out.append(self._sse(item))
+            if wire:
+                sse = self._sse
+                for item in wire:
+                    out.append(sse(item))
         else:
             source = self._origins.pop(id(ev), self._source)
             for item in wire:
@@ -494,8 +540,7 @@ class StreamTranslator:
         if isinstance(item, str):
             return b"data: " + item.encode() + b"\n\n"
         if self.stamp is not None:
-            item = self.stamp(Scope(item, self.encoder.vars, "", self.ctx, self.encoder.run))
-        body = orjson.dumps(item)
+            item = self.stamp(item)
         if self.named:
-            return b"event: " + item["type"].encode() + b"\ndata: " + body + b"\n\n"
-        return b"data: " + body + b"\n\n"
+            return b"".join((b"event: ", item["type"].encode(), b"\ndata: ", orjson.dumps(item), b"\n\n"))
+        return b"".join((b"data: ", orjson.dumps(item), b"\n\n"))

@@ -27,6 +27,9 @@ from .yamlsrc import Located, LocatedList
 
 Fn = Callable[["Scope"], Any]
 
+#: generate Python for templates at load (engine/codegen.py); off: the closures run
+CODEGEN = True
+
 # A variable or a plain field path inside one: $state.id
 _VAR_PATH = re.compile(r"^\$[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
@@ -85,6 +88,11 @@ class Compiler:
         self.found = found
         self.observe = observe
         self.depth = 0
+        # The server's load (no lint or migration watching) also generates Python for each
+        # template once the closures have checked it (engine/codegen.py).
+        self.fast = CODEGEN and found is None and observe is None
+        self.closures: dict[int, Fn] = {}  # id(construct node) -> its closure, for what codegen leaves to it
+        self._generator = None
         from . import registry  # the registry's constructs build on this module's classes
 
         self.registry = registry
@@ -124,10 +132,27 @@ class Compiler:
             fn = construct.compile(self, node)
             # Only constructs that can fail get the (cheap, but per-call) error wrapper;
             # failures inside the others surface at the nearest wrapped one.
-            return _located(fn, self.where(node)) if construct.fallible else fn
+            fn = _located(fn, self.where(node)) if construct.fallible else fn
+            if self.fast:
+                self.closures[id(node)] = fn
+            return fn
         if isinstance(node, list):
             return self._list(node)
         return lambda scope, value=node: value
+
+    @property
+    def generator(self):
+        if self._generator is None:
+            from .codegen import Generator
+
+            self._generator = Generator(self)
+        return self._generator
+
+    def build(self, node, parent=None, key=None) -> Fn:
+        """:meth:`compile` for a whole template (not a part of one): checked by the
+        closure compiler, then, for the server, generated as one Python function."""
+        fn = self.compile(node, parent, key)
+        return self.generator.template(node, parent, key) if self.fast else fn
 
     def _object(self, node: dict) -> Fn:
         """An object template becomes one generated function: plain field paths and
@@ -168,7 +193,16 @@ class Compiler:
                 lines.append(f"    v = f{i}(scope)")
                 lines.append(f"    if v is not None: out[{k}] = None if v is NULL else v")
         lines.append("    return out")
-        exec(compile("\n".join(lines), f"<template {self.where(node)}>", "exec"), env)  # noqa: S102 - generated from rule keys only
+        filename = f"<template {self.where(node)}>"
+        if self.fast:
+            # The server runs the generated Python of the whole template (engine/codegen.py):
+            # this closure is only a fallback, compiled if it is ever called.
+            def lazy(scope):
+                if "build" not in env:
+                    exec(compile("\n".join(lines), filename, "exec"), env)  # noqa: S102
+                return env["build"](scope)
+            return lazy
+        exec(compile("\n".join(lines), filename, "exec"), env)  # noqa: S102 - generated from rule keys only
         return env["build"]
 
     def _list(self, node: list) -> Fn:

@@ -11,6 +11,7 @@ EXPRESSIONS = [
     "a[?b == 'x']", "a[?b == 'x'].c", "a[?b].c.d", "a[*].b", "a[*].b.c", "a | [0]", "a[?b] | [0].c",
     "length(a)", "type(a)", "contains(a, 'x')", "starts_with(s, 'ab')", "join(':', [s, t])", "to_string(n)",
     "a.b && c[0].d == 'x'", "`null`", "x == `null`", "a || `[]`", "[a, b]", "@",
+    "a[]", "a[].b", "a[].b.c", "ends_with(s, 'b')", "!ends_with(s, t)",
 ]
 
 LEAVES = st.none() | st.booleans() | st.integers(-3, 6) | st.sampled_from(["", "x", "ab", "abc", 1.5])

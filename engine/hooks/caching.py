@@ -21,6 +21,7 @@ breakpoints, at most four); OpenAI caches by itself and takes ``prompt_cache_key
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import hmac
 import re
@@ -70,7 +71,7 @@ def _hint(wire) -> dict | None:
 def client_hints(scope):
     """Chat / Responses request decode: explicit cache hints onto the IR items they mark."""
     ir, wire = scope.cur, scope.vars.get("root")
-    if not isinstance(ir, dict) or not isinstance(wire, dict):
+    if not isinstance(ir, dict) or not isinstance(wire, dict) or not _may_hint(wire):
         return ir
     for tool in ir.get("tools") or ():
         mark = _hint(_resolve(wire, tool.get("_path")))
@@ -98,6 +99,17 @@ def client_hints(scope):
         if pending and parts:
             parts[-1]["cache"] = _merge_marks(parts[-1].get("cache"), pending)
     return ir
+
+
+def _may_hint(wire: dict) -> bool:
+    """False when no hint key is anywhere in the body: most requests carry none, and one
+    serialisation is far cheaper than resolving every item's path (a key's name in the
+    text of a prompt only makes the full pass run)."""
+    try:
+        raw = orjson.dumps(wire)
+    except (orjson.JSONEncodeError, TypeError):
+        return True
+    return b'"cache_control"' in raw or b'"prompt_cache_breakpoint"' in raw
 
 
 def _merge_marks(a, b):
@@ -130,7 +142,12 @@ def min_prefix_tokens(tables, model) -> int:
     table = (tables or {}).get(_MODEL_TABLE)
     if table is None:
         return 1024
-    name = (model or "").lower()
+    return _min_prefix(table, (model or "").lower())
+
+
+@functools.lru_cache(maxsize=256)
+def _min_prefix(table, name: str) -> int:
+    # tables are immutable once loaded, and a proxy sees few model names
     for pattern, tokens in table.map.items():
         if fnmatch.fnmatchcase(name, pattern.lower()):
             return int(tokens)
@@ -199,6 +216,19 @@ def _slots(body, cpt, per_image, measure) -> list[_Slot]:
     return slots
 
 
+def _blocks(body):
+    """The objects of _slots, in its order, without their paths and estimates."""
+    for tool in body.get("tools") or ():
+        yield tool
+    system = body.get("system")
+    if isinstance(system, list):
+        yield from system
+    for msg in body.get("messages") or ():
+        content = msg.get("content") if isinstance(msg, dict) else None
+        if isinstance(content, list):
+            yield from content
+
+
 def _control(ttl) -> dict:
     # The 5m default is sent without `ttl`, the form every Anthropic-compatible server knows.
     return {"type": "ephemeral", "ttl": LONG} if ttl == LONG else {"type": "ephemeral"}
@@ -261,6 +291,12 @@ def anthropic_breakpoints(scope, tables=None):
         return body
     ir = scope.vars.get("root") if isinstance(scope.vars.get("root"), dict) else {}
     policy = getattr(ctx, "prompt_caching", "off") or "off"
+    if policy == "off":  # every client breakpoint dropped: no slots to lay out
+        for block in _blocks(body):
+            if isinstance(block, dict) and "cache_control" in block:
+                del block["cache_control"]
+        body.pop("cache_control", None)
+        return body
     cpt = float(_setting(tables, "chars_per_token")) or 3.5
     slots = _slots(body, cpt, int(_setting(tables, "tokens_per_image")), measure=False)
     limit = int(_setting(tables, "max_breakpoints"))

@@ -94,7 +94,10 @@ def fit_tools(scope):
             namespace = tool.get("namespace")
             name = tool.get("name")
             about = tool.get("namespace_description")
-            tool = {k: v for k, v in tool.items() if k not in ("namespace", "namespace_description")}
+            if "namespace" in tool or "namespace_description" in tool:
+                tool = {k: v for k, v in tool.items() if k not in ("namespace", "namespace_description")}
+            else:
+                tool = dict(tool)
             if namespace and isinstance(name, str):
                 tool["name"] = wire_name(namespace, name)
                 # The model saw the namespace's description once for all its tools: each carries it.
@@ -123,7 +126,7 @@ def fit_tools(scope):
         if not out and "tool_choice" in ir:
             ir.pop("tool_choice")
             ir.pop("parallel_tool_calls", None)
-    if (wrap_custom and _has_custom_call(ir)) or _has_namespaced_call(ir):
+    if any(p.get("namespace") or (wrap_custom and p.get("custom")) for p in _calls(ir)):
         ir = {**ir, "messages": [_fit_message(m, wrap_custom) for m in ir.get("messages") or ()]}
     choice = ir.get("tool_choice")
     if isinstance(choice, dict) and choice.get("type") == "custom" and wrap_custom:
@@ -157,14 +160,6 @@ def _calls(ir):
             for p in m.get("content") or ():
                 if isinstance(p, dict) and p.get("type") == "tool_call":
                     yield p
-
-
-def _has_custom_call(ir) -> bool:
-    return any(p.get("custom") for p in _calls(ir))
-
-
-def _has_namespaced_call(ir) -> bool:
-    return any(p.get("namespace") for p in _calls(ir))
 
 
 def _fit_message(msg, wrap_custom: bool):
