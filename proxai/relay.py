@@ -31,7 +31,6 @@ from typing import Any
 import orjson
 
 from engine.stream import StreamRun, StreamTranslator
-from engine.template import Scope
 from proxai.sse import SSEEvent, SSEParser, encode_event
 from proxai.streaming import RULE_ERROR_OUTCOMES, Outcome
 
@@ -120,7 +119,7 @@ class Relay:
     def _feed_split(self, payload: dict) -> None:
         decoder = self.decoder
         ended = False
-        for sub in self._split(Scope(payload, decoder.vars, "", self.ctx, decoder.run)):
+        for sub in decoder.split(payload):
             key = sub["type"]
             plan = self._plan.get(key, DECODE)
             if plan == SKIP or (plan == SKIP_REPEATS and key == self._last):
