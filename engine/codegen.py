@@ -183,6 +183,11 @@ class Generator:
         out.append("    " * ind + f"{r} = {expr}")
         return r
 
+    def branch(self, node, st, out: list, ind: int, r: str, parent, key) -> None:
+        """``r = node`` as the body of the block just opened at ``ind``."""
+        v = self.emit(node, st, out, ind + 1, parent, key)
+        out.append("    " * (ind + 1) + f"{r} = {v}")
+
     def emit(self, node, st, out: list, ind: int, parent=None, key=None) -> str:
         """Append statements computing ``node`` to ``out``; return the expression of its value
         (a local name or a constant). ``st`` names the locals of the current item,
@@ -517,16 +522,10 @@ class Generator:
         for case, (value, src_key) in cases.items():
             out.append(pad + f"{'if' if first else 'elif'} {sk} == {case!r}:")
             first = False
-            body: list[str] = []
-            v = self.emit(value, st, body, ind + 1, cases_src, src_key)
-            out.extend(body)
-            out.append(pad + f"    {r} = {v}")
+            self.branch(value, st, out, ind, r, cases_src, src_key)
         out.append(pad + ("else:" if not first else "if True:"))
         if "$default" in node:
-            body = []
-            v = self.emit(node["$default"], st, body, ind + 1, node, "$default")
-            out.extend(body)
-            out.append(pad + f"    {r} = {v}")
+            self.branch(node["$default"], st, out, ind, r, node, "$default")
         else:
             out.append(pad + f"    {r} = unsupported(scope, {', '.join(st[:3])}, {self.const(label)}, {k})")
         return r
@@ -536,15 +535,9 @@ class Generator:
         c = self.emit(node["$if"], st, out, ind, node, "$if")
         r = self.new("r")
         out.append(pad + f"if {self.truthy(c)}:")
-        body: list[str] = []
-        v = self.emit(node.get("$then"), st, body, ind + 1, node, "$then")
-        out.extend(body)
-        out.append(pad + f"    {r} = {v}")
+        self.branch(node.get("$then"), st, out, ind, r, node, "$then")
         out.append(pad + "else:")
-        body = []
-        v = self.emit(node.get("$else"), st, body, ind + 1, node, "$else")
-        out.extend(body)
-        out.append(pad + f"    {r} = {v}")
+        self.branch(node.get("$else"), st, out, ind, r, node, "$else")
         return r
 
     def c_first(self, node, st, out, ind) -> str:
@@ -558,10 +551,7 @@ class Generator:
                 out.append(pad + f"{r} = {v}")
                 continue
             out.append(pad + f"if {r} is None:")
-            body: list[str] = []
-            v = self.emit(item, st, body, ind + 1, items, i)
-            out.extend(body)
-            out.append(pad + f"    {r} = {v}")
+            self.branch(item, st, out, ind, r, items, i)
         if not items:
             out.append(pad + f"{r} = None")
         return r
@@ -576,10 +566,7 @@ class Generator:
         out.append(pad + f"{r} = None if {k} is None else {t}.lookup({k})")
         out.append(pad + f"if {r} is MISS:")
         if "$default" in node:
-            body: list[str] = []
-            v = self.emit(node["$default"], st, body, ind + 1, node, "$default")
-            out.extend(body)
-            out.append(pad + f"    {r} = {v}")
+            self.branch(node["$default"], st, out, ind, r, node, "$default")
         else:
             out.append(pad + f"    unknown(scope, {', '.join(st[:3])}, {t}, {k})")
         return r

@@ -273,22 +273,14 @@ class StreamRun:
                 raise UpstreamProtocolError(f"unexpected {self.rules.protocol} stream event {key!r}")
             return []
         out: list = []
-        if self.fast:
-            vars, base = self.vars, self.base
-            for t in transitions:
-                try:
-                    if t.fast(event, vars, base, out):
-                        break
-                except TranslationError as err:
-                    if err.rule is None:
-                        err.rule = t.where
-                    raise
-                except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
-                    raise UpstreamProtocolError(f"malformed {self.rules.protocol} stream event {key!r}", None, t.where) from err
-            return out
-        scope = Scope(event, self.vars, "", self.ctx, self.run)
+        fast = self.fast
+        scope = None if fast else Scope(event, self.vars, "", self.ctx, self.run)
         for t in transitions:
             try:
+                if fast:
+                    if t.fast(event, self.vars, self.base, out):
+                        break
+                    continue
                 if t.when is not None and not truthy(t.when(scope)):
                     continue
                 t.run(scope, out)
