@@ -75,8 +75,6 @@ def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str]
         beta = [value for value in beta or () if _is_token(value)]
         if beta:
             headers["anthropic-beta"] = ",".join(beta)
-    elif provider.protocol == GEMINI:
-        headers["x-goog-api-key"] = provider.api_key
     else:
         headers["Authorization"] = f"Bearer {provider.api_key}"
     return headers
