@@ -37,7 +37,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from bench import payloads, procstat
+from bench import payloads, procstat, report
 from bench.payloads import ANTHROPIC, CHAT, PATHS, PROTOCOLS, SHORT
 from bench.processes import BENCH_KEY, Proxy, Upstream, proxy_config
 
@@ -353,13 +353,10 @@ def per_stream(record: dict, cycle: int = 0, key: str = "rss_kb") -> float | Non
 
 
 def markdown(result: dict) -> str:
-    m = result["machine"]
     lines = [
         "# ProxAI idle open streams",
         "",
-        f"- date: {result['date']}" + (f", commit {result['commit']}" if result.get("commit") else ""),
-        f"- machine: {m.get('nproc')} CPUs ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, "
-        f"{m.get('implementation', 'Python')} {m.get('python')}; open-file limit {result['fd_limit']}",
+        *report.run_lines(result, f"; open-file limit {result['fd_limit']}"),
         f"- each stream: a ~1 KB streaming request; the upstream sends {HOLD_AFTER} writes (its first events) "
         f"and then holds the stream open without a byte more; every stream had its first event before memory was read",
         f"- proxy limits set for the bench: server.max_concurrent_requests and server.max_connections above the "

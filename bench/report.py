@@ -246,6 +246,16 @@ def _memory_target(result: dict) -> dict:
 # --- markdown ------------------------------------------------------------------------------
 
 
+def run_lines(result: dict, machine_tail: str = "") -> list[str]:
+    """The date and machine lines every bench report opens with."""
+    m = result.get("machine") or {}
+    return [
+        f"- date: {result.get('date')}" + (f", commit {result['commit']}" if result.get("commit") else ""),
+        f"- machine: {m.get('nproc')} CPUs ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, "
+        f"{m.get('implementation', 'Python')} {m.get('python')}{machine_tail}",
+    ]
+
+
 def markdown(result: dict) -> str:
     m = result.get("machine") or {}
     o = result.get("options") or {}
@@ -254,9 +264,7 @@ def markdown(result: dict) -> str:
     lines = [
         "# ProxAI benchmark",
         "",
-        f"- date: {result.get('date')}" + (f", commit {result['commit']}" if result.get("commit") else ""),
-        f"- machine: {m.get('nproc')} CPUs ({m.get('cpu_model')}), {m.get('memory_gib')} GiB, "
-        f"{m.get('implementation', 'Python')} {m.get('python')}, Linux {m.get('kernel')}",
+        *run_lines(result, f", Linux {m.get('kernel')}"),
         f"- settings: {o.get('rounds')} interleaved round(s), concurrency {', '.join(map(str, o.get('concurrency') or []))}, "
         f"{o.get('seconds')} s per case, {o.get('deltas')} deltas per stream "
         f"({', '.join(f'{SHORT[p]} {n}' for p, n in events.items())} upstream events"
