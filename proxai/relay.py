@@ -60,9 +60,7 @@ class Relay:
         # An event the table does not name is decoded (its default is documented as decode).
         self._plan: dict[str, str] = dict(table.map) if table is not None else {}
         # A decoder that cuts one payload into sub-events (Chat) is filtered per sub-event.
-        self._split = getattr(self._decoder_rules, "split", None)
-        if self._split is not None and not hasattr(self.decoder, "handle"):
-            self._split, self._plan = None, {}  # decode every event whole
+        self._splits = self.decoder.split is not None
         self._last: str | None = None  # the key of the last event decoded
         self.objections = 0  # events the rules would not have translated
         self.outcome: Outcome | None = None
@@ -98,7 +96,7 @@ class Relay:
                 payload["type"] = event.event
             self._continuity(payload)
         try:
-            if self._split is None:
+            if not self._splits:
                 key = payload.get("type")
                 plan = self._plan.get(key, DECODE) if isinstance(key, str) else DECODE
                 if plan == SKIP or (plan == SKIP_REPEATS and key == self._last):
