@@ -31,6 +31,8 @@ class Context:
     prompt_caching: str = "off"
     prompt_cache_key: str | None = None
     cache_key_secret: bytes | None = None
+    # A digest of the client's key: derived keys are per tenant (empty: no key presented).
+    cache_key_tenant: bytes = b""
     # What the model behind the route can take (provider settings, route overrides).
     hosted_tools: str = "drop"            # drop | reject: hosted tools the provider cannot run
     reasoning: str = "forward"            # forward | drop: reasoning effort / thinking

@@ -248,6 +248,8 @@ class Proxy:
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
         query: str = "", suffix: str = "", body: dict | None = None,
     ) -> web.StreamResponse:
+        if protocol == RESPONSES and self.state is not None and body is not None and body.get("store") is not False:
+            info["_owned_id"] = True  # the provider keeps this response: note whose it is (responses_state)
         upstream = await self._send(request, provider, raw, stream, info, query=query, suffix=suffix)
         try:
             await self._raise_for_status(upstream, provider)
@@ -255,6 +257,8 @@ class Proxy:
                 if stream:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
                 data = await read_body(upstream, provider, cap=self.config.server.max_upstream_body_bytes)
+                if "_owned_id" in info:
+                    await responses_state.remember_passthrough(self, request, pools.response_id(data))
                 info.update(usage.from_body(protocol, data) or {})
                 self.tracing.upstream_done(info, protocol, data)
                 response = _json_response(upstream.status, data, upstream.headers, info)
@@ -294,6 +298,8 @@ class Proxy:
     ) -> web.StreamResponse:
         try:
             await relay.prime()
+            if "_owned_id" in info:
+                await responses_state.remember_passthrough(self, request, pools.response_id(relay.primed))
         except BaseException:
             upstream.close()
             raise
@@ -465,7 +471,7 @@ class Proxy:
         body = {"status": "ready" if ready else "not_ready", "checks": checks, "generation": self.live.number}
         reloader = request.app.get(reload.RELOADER_KEY)
         if reloader is not None and reloader.last_error:
-            body["last_reload_error"] = reloader.last_error  # the old generation still serves
+            body["last_reload_error"] = reload.short_reason(reloader.last_error)  # the old generation still serves
         return web.json_response(body, status=200 if ready else 503)
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:

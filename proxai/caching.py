@@ -25,8 +25,22 @@ def caching_context(provider: ProviderConfig, headers: Mapping[str, str], secret
     return {
         "prompt_caching": provider.prompt_caching,
         "prompt_cache_key": override,
+        "cache_key_tenant": tenant_material(headers),
         # The deployment's secret (continuation.secret) when set: stable across processes
         # and restarts (no shared state), and a derived key then cannot even be matched
         # against a guessed prompt. Without it the engine's built-in key is used.
         "cache_key_secret": hashlib.sha256(b"proxai prompt_cache_key\0" + secret.encode()).digest() if secret else None,
     }
+
+
+def tenant_material(headers: Mapping[str, str]) -> bytes:
+    """Who is asking, as derived keys take it: a digest of the client's key (any of the
+    headers the four protocols send it in), so two tenants with the same system prompt
+    never share a provider cache key. Empty when the client sent no key."""
+    presented = headers.get("x-api-key") or headers.get("x-goog-api-key")
+    if presented is None:
+        auth = headers.get("Authorization", "")
+        presented = auth[7:].strip() if auth[:7].lower() == "bearer " else None
+    if not presented:
+        return b""
+    return hashlib.sha256(presented.encode("utf-8", "surrogateescape")).digest()

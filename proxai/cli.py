@@ -243,6 +243,11 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
         if proxy.inspector is not None and not reuse_port:
             log.info("inspector at %s/_proxai/ (keeps the last %d requests in memory, prompts included)",
                      url, proxy.config.server.inspector.max_requests)
+        if proxy.config.continuation_secret is None and not proxy.demo and not reuse_port:
+            log.warning(
+                "continuation.secret is not set: continuation envelopes are not signed and derived prompt_cache_key "
+                "values are keyed with a public built-in constant; set one for a shared deployment"
+            )
         if not proxy.config.server.api_keys and not _is_loopback(host):
             log.warning(
                 "listening on non-loopback address %s without server.api_keys: anyone who can reach it can use your providers",

@@ -18,7 +18,7 @@ from aiohttp import web
 from proxai import count_tokens, ingress, models_endpoint, pools, token_estimate
 from proxai import errors as E
 from proxai.errors import CHAT, GEMINI
-from proxai.transport import read_body
+from proxai.transport import model_segment, read_body
 
 VERSIONS = ("/v1beta", "/v1")
 # The URL's method -> whether it streams; countTokens answers {totalTokens}.
@@ -136,7 +136,7 @@ async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: s
 
 
 def _suffix(model: str, method: str) -> str:
-    return f"/{model}:{method}"
+    return f"/{model_segment(model)}:{method}"
 
 
 async def passthrough(proxy, request: web.Request, match, raw: bytes, stream: bool, info: dict) -> web.StreamResponse:

@@ -19,6 +19,7 @@ import asyncio
 import contextvars
 import logging
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -70,6 +71,18 @@ def current(owner: Any) -> Generation:
     if pinned is not None and pinned[0] is owner:
         return pinned[1]
     return owner.live
+
+
+# An absolute path in a reason (the config file, a rules file, a missing directory).
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:[^\s:'\"/]+/)+([^\s:'\"/]+)")
+
+
+def short_reason(reason: str, limit: int = 200) -> str:
+    """What `/readyz` shows of a failed reload: the reason with every absolute path cut to
+    its file name (the probe's answer is no place for the server's layout), at most
+    `limit` characters; the whole reason is in the log."""
+    reason = _ABSOLUTE_PATH.sub(r"\1", reason)
+    return reason if len(reason) <= limit else reason[:limit - 3] + "..."
 
 
 def describe(exc: BaseException, source: str | None) -> str:

@@ -28,9 +28,11 @@ import copy
 import hashlib
 import hmac
 import logging
+import re
 import secrets
 import uuid
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from aiohttp import web
@@ -140,7 +142,11 @@ class ResponsesState:
         if presented is None and auth[:7].lower() == "bearer ":
             presented = auth[7:].strip()
         assert self._key is not None, "state not started"
-        return hmac.new(self._key, (presented or "").encode(), hashlib.sha256).hexdigest()[:32]
+        try:
+            material = (presented or "").encode()
+        except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp hands them over as surrogates)
+            raise E.Unauthorized("invalid API key: it is not UTF-8 text") from None
+        return hmac.new(self._key, material, hashlib.sha256).hexdigest()[:32]
 
     # --- POST /v1/responses toward another protocol ---
 
@@ -261,9 +267,10 @@ class Turn:
 
     async def claim_id(self, response_id: str) -> str:
         """The id a streamed response will be stored under, decided before the client sees it:
-        the derived one unless a stored record (or this conversation) already has it."""
+        the derived one unless a stored record (or this conversation) already has it; a
+        fresh one for a response that is not stored."""
         if not self.store:
-            return response_id
+            return _remint(response_id)
         if response_id == self.parent_id or response_id in self.chain_ids:
             return _remint(response_id)
         try:
@@ -296,6 +303,9 @@ class Turn:
         self.committed = True
 
     async def finish_body(self, response: dict) -> dict:
+        if not self.store:
+            # Providers may repeat ids: an unstored answer must never carry a stored one's id.
+            response["id"] = _remint(response["id"])
         await self.commit(self.patch(response))
         return response
 
@@ -448,7 +458,8 @@ def _json(status: int, body: Any) -> web.Response:
 def add_routes(app: web.Application, proxy) -> None:
     """GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items. An id the
     proxy did not store goes to the default Responses provider, when there is one (the
-    provider holds the state of passed-through responses); otherwise 404."""
+    provider holds the state of passed-through responses) and the id may be read by this
+    client (`_may_forward`); otherwise 404."""
 
     def handler(name: str):
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -459,7 +470,7 @@ def add_routes(app: web.Application, proxy) -> None:
                     raise E.NotFound(f"no endpoint at {request.path}: state.backend is none, responses are not stored")
                 response = await getattr(state, name)(request)
             except E.NotFound as missing:
-                response = await _forward(proxy, request, missing)
+                response = await _forward(proxy, request, missing, name)
             requestid.stamp(response.headers, requestid.current.get())
             return response
 
@@ -470,32 +481,76 @@ def add_routes(app: web.Application, proxy) -> None:
     app.router.add_get("/v1/responses/{response_id}/input_items", handler("input_items"))
 
 
-async def _forward(proxy, request: web.Request, missing: E.NotFound) -> web.Response:
-    import aiohttp
+# --- provider-held responses ---------------------------------------------------------------
 
-    from proxai.transport import provider_headers, read_body
+# The shape of the ids a Responses provider mints (`resp_` and a token): anything else is
+# not forwarded, so no path, query or fragment can ride along on the provider's key.
+_PROVIDER_ID = re.compile(r"resp_[A-Za-z0-9_-]{1,200}")
+# The query parameters each forwarded endpoint takes (the OpenAI API's); others are dropped.
+_FORWARD_QUERY = {
+    "retrieve": frozenset({"include", "include[]", "include_obfuscation", "starting_after", "stream"}),
+    "delete": frozenset(),
+    "input_items": frozenset({"after", "before", "include", "include[]", "limit", "order"}),
+}
+_OWNER_KEY = "passthrough-owner:"
+
+
+async def remember_passthrough(proxy, request: web.Request, response_id: str | None) -> None:
+    """Note which tenant a passed-through response belongs to, before its id reaches the
+    client: only that tenant's reads and deletes of it are forwarded to the provider."""
+    state = proxy.state
+    if state is None or response_id is None or not _PROVIDER_ID.fullmatch(response_id):
+        return
+    try:
+        await state.store.kv_set(_OWNER_KEY + response_id, state.tenant(request).encode(), ttl_secs=state.store.ttl_secs)
+    except StateError as exc:
+        raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+
+
+async def _may_forward(proxy, request: web.Request, response_id: str) -> bool:
+    """A provider-held id is forwarded for the tenant that created it through this proxy.
+    An id the proxy never relayed (made at the provider directly, or before the store
+    remembered owners) is forwarded only while the proxy has one tenant at most: with
+    several client keys, one client could otherwise read or delete another's."""
+    if not _PROVIDER_ID.fullmatch(response_id):
+        return False
+    single_tenant = len(proxy.config.server.api_keys) <= 1
+    state = proxy.state
+    if state is None:
+        return single_tenant
+    try:
+        owner = await state.store.kv_get(_OWNER_KEY + response_id)
+    except StateError as exc:
+        raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+    if owner is None:
+        return single_tenant
+    return hmac.compare_digest(owner, state.tenant(request).encode())
+
+
+async def _forward(proxy, request: web.Request, missing: E.NotFound, endpoint: str) -> web.Response:
+    from proxai.transport import read_body
 
     name = proxy.config.default_providers.get(RESPONSES)
     provider = proxy.config.providers.get(name) if name else None
     if provider is None or provider.protocol != RESPONSES:
         raise missing
-    url = provider.base_url.rstrip("/") + request.path.removeprefix("/v1")
-    headers = provider_headers(provider, request.headers, False)
-    headers.pop("Content-Type", None)
-    idle = provider.read_idle_timeout_secs
-    try:
-        upstream = await proxy.transport.session.request(
-            request.method, url, params=request.query, headers=headers,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle))
-    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
-        raise E.UpstreamTimeout(f"provider {provider.name!r} sent nothing for {idle:g}s") from None
-    except aiohttp.ClientError as exc:
-        raise E.UpstreamUnreachable(f"cannot reach provider {provider.name!r} ({type(exc).__name__})") from None
+    response_id = request.match_info["response_id"]
+    if not await _may_forward(proxy, request, response_id):
+        raise missing
+    path = "/responses/" + quote(response_id, safe="") + ("/input_items" if endpoint == "input_items" else "")
+    allowed = _FORWARD_QUERY[endpoint]
+    query = [(key, value) for key, value in request.query.items() if key in allowed]
+    upstream = await proxy.transport.forward(provider, request.method, path, query, request.headers)
     try:
         await proxy._raise_for_status(upstream, provider)
-        data = await read_body(upstream, provider)
+        data = await read_body(upstream, provider, cap=proxy.config.server.max_upstream_body_bytes)
     finally:
         upstream.release()
+    if request.method == "DELETE" and proxy.state is not None:
+        try:
+            await proxy.state.store.kv_delete(_OWNER_KEY + response_id)
+        except StateError as exc:  # the response is gone at the provider; its owner note expires with the TTL
+            log.warning("state: could not drop the owner of %s: %s", response_id, exc)
     response = web.Response(status=upstream.status, body=data)
     response.headers["Content-Type"] = upstream.headers.get("Content-Type", "application/json")
     response.headers.update(E.preserved_headers(upstream.headers))

@@ -38,10 +38,16 @@ def generate_target(provider: ProviderConfig, model: str | None, stream: bool) -
     others take both in the body."""
     if provider.protocol != GEMINI:
         return "", ""
-    name = (model or "").removeprefix("models/")
-    # The model is one path segment: anything that could leave it is escaped.
-    name = quote(name, safe="-._~@")
+    name = model_segment(model)
     return (f"/{name}:streamGenerateContent", "alt=sse") if stream else (f"/{name}:generateContent", "")
+
+
+def model_segment(model: str | None) -> str:
+    """A Gemini model name as the one path segment it must stay (`/models/{model}:method`):
+    `/`, `?`, `#`, `%`, `:` and every control or non-ASCII byte are escaped, so no client
+    model can reach another path or add to the query of a request that carries the key."""
+    name = (model or "").removeprefix("models/")
+    return quote(name, safe="-._~@")
 
 
 def upstream_url(provider: ProviderConfig, suffix: str = "", query: str = "") -> str:
@@ -208,6 +214,28 @@ class Transport:
         finally:
             _attempt.reset(token)
 
+    async def forward(
+        self, provider: ProviderConfig, method: str, path: str, query: Mapping[str, str], client_headers: Mapping[str, str],
+    ) -> aiohttp.ClientResponse:
+        """A body-less GET or DELETE of one of the provider's own resources (a Responses
+        provider's stored response): `path` is already escaped segment by segment, `query`
+        is re-encoded from its decoded pairs. The same protections as generation: no
+        redirects, idle timeouts, one retry of a stale pooled connection."""
+        assert self.session is not None and self._fresh is not None, "transport not started"
+        idle = provider.read_idle_timeout_secs
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
+        url = yarl.URL(provider.base_url.rstrip("/") + path, encoded=True)
+        if query:
+            url = url.with_query(query)
+        headers = provider_headers(provider, client_headers, False)
+        headers.pop("Content-Type", None)
+        attempt = _Attempt()
+        token = _attempt.set(attempt)
+        try:
+            return await self._post(provider, self.session, url, headers, None, timeout, attempt, idle, method=method)
+        finally:
+            _attempt.reset(token)
+
     def _url(self, provider: ProviderConfig, suffix: str, query: str) -> yarl.URL:
         if query:  # as the client sent it: not kept
             return yarl.URL(upstream_url(provider, suffix, query), encoded=True)
@@ -220,13 +248,14 @@ class Transport:
             url = self._urls[key] = yarl.URL(upstream_url(provider, suffix), encoded=True)
         return url
 
-    async def _post(self, provider, session, url, headers, body, timeout, attempt, idle) -> aiohttp.ClientResponse:
+    async def _post(self, provider, session, url, headers, body, timeout, attempt, idle,
+                    method: str = "POST") -> aiohttp.ClientResponse:
         while True:
             try:
                 # sock_read restarts with every byte; this bounds headers sent a byte at a time.
                 async with asyncio.timeout(idle):
-                    resp = await session.post(
-                        url, data=body, headers=headers, timeout=timeout, allow_redirects=False,
+                    resp = await session.request(
+                        method, url, data=body, headers=headers, timeout=timeout, allow_redirects=False,
                     )
                 break
             except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
@@ -250,6 +279,9 @@ class Transport:
                 ) from None
             except aiohttp.ClientError as exc:
                 raise UpstreamProtocolError(f"provider {provider.name!r} failed: {_describe(exc)}") from None
+            except ValueError as exc:  # aiohttp refused to write the request (a URL or header it cannot send)
+                raise UpstreamProtocolError(
+                    f"the request to provider {provider.name!r} could not be sent ({type(exc).__name__})") from None
         if 300 <= resp.status < 400:
             resp.close()
             where = _redirect_host(resp.headers.get("Location"))

@@ -387,7 +387,8 @@ def prompt_cache_key(scope):
     The client's override (the ``x-proxai-prompt-cache-key`` header) wins; under
     ``auto`` a key is derived from Claude Code's session id when ``metadata.user_id``
     carries one (one conversation, one key), else from the system prompt and the
-    tools (one agent configuration, one key). Either way it is an HMAC (under the
+    tools (one agent configuration, one key), in both cases with the client's key (one
+    tenant's key never serves another). Either way it is an HMAC (under the
     deployment's secret when one is configured), so neither the session id nor the
     prompt can be read off it."""
     ctx, body = scope.ctx, scope.cur
@@ -410,6 +411,9 @@ def prompt_cache_key(scope):
         return None
     if ctx is not None:
         ctx.cache_key_source = source
+    tenant = getattr(ctx, "cache_key_tenant", b"")
+    if tenant:  # one tenant's key never matches another's, even for the same prompt
+        material = b"tenant\0" + tenant + b"\0" + material
     return derive_key(getattr(ctx, "cache_key_secret", None), material)
 
 
