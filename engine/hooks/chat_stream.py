@@ -110,13 +110,15 @@ class Blocks:
     """IR blocks of a Chat upstream: indexes in first-appearance order; text, refusal and
     reasoning runs are one block each, tool calls one per ``tool_calls[].index``."""
 
-    __slots__ = ("next", "blocks", "open", "tools")
+    __slots__ = ("next", "blocks", "open", "tools", "names", "repeat_noted")
 
     def __init__(self, ctx):
         self.next = 0
         self.blocks: dict = {}   # IR index -> {kind, args}
         self.open = None         # the open text-like block
         self.tools: dict = {}    # Chat tool index -> IR index
+        self.names: dict = {}    # Chat tool index -> the function name it started with
+        self.repeat_noted = False
 
     def _new(self, kind) -> int:
         index = self.next
@@ -135,11 +137,23 @@ class Blocks:
         index = self.open = self._new(kind)
         return {"closed": current, "opened": True, "index": index}
 
-    def tool(self, index=None, arguments=None) -> dict:
-        """Route a tool-call fragment by its Chat ``index``: ``{closed, new, index}``; arguments accumulate."""
+    def tool(self, index=None, arguments=None, name=None) -> dict:
+        """Route a tool-call fragment by its Chat ``index``: ``{closed, new, index, repeat,
+        renamed}``; arguments accumulate.
+
+        OpenAI names a call once, in its first fragment. Some compatible servers (Novita
+        through OpenRouter, tests/corpus/llm/openai_chat_completions/stream/
+        test_tools_streaming_variant_a.0.sse) repeat the whole name in every fragment. A
+        later name equal to the call's name is such a repeat: ignored, since concatenating
+        it would name a tool nobody declared; ``repeat`` is true for the first one of the
+        stream, for one trace line. A later name that differs is ``renamed``: the name
+        went to the client with the call's start (every client protocol names a call when
+        it opens), so a continuation cannot be honoured, and keeping the first piece could
+        run another tool than the model meant; the rules refuse the stream instead."""
         if not isinstance(index, int):
             raise UpstreamProtocolError("upstream tool call fragment has no integer index")
         closed = None
+        repeat = renamed = False
         block = self.tools.get(index)
         new = block is None
         if new:
@@ -148,9 +162,16 @@ class Blocks:
                 self.blocks.pop(closed)
                 self.open = None
             block = self.tools[index] = self._new("tool_call")
+            self.names[index] = name
+        elif isinstance(name, str) and name:
+            if name == self.names.get(index):
+                repeat = not self.repeat_noted
+                self.repeat_noted = True
+            else:
+                renamed = True
         if isinstance(arguments, str):
             self.blocks[block]["args"] += arguments
-        return {"closed": closed, "new": new, "index": block}
+        return {"closed": closed, "new": new, "index": block, "repeat": repeat, "renamed": renamed}
 
     def close_all(self) -> list:
         """At finish_reason: every open block in ascending index order, as
