@@ -27,6 +27,13 @@ from proxai.sse import SSEEvent, SSEParser
 R = "openai_responses"
 A = "anthropic_messages"
 C = "openai_chat_completions"
+# What a translated Response says for the settings a client left out: the Responses defaults
+# (store false and no previous response: the state store sets both when it is on).
+DEFAULTS = {"instructions": None, "max_output_tokens": None, "metadata": {}, "temperature": 1, "top_p": 1,
+            "reasoning": {"effort": None, "summary": None}, "text": {"format": {"type": "text"}},
+            "truncation": "disabled", "presence_penalty": 0, "frequency_penalty": 0, "top_logprobs": 0,
+            "max_tool_calls": None, "background": False, "service_tier": "auto", "safety_identifier": None,
+            "prompt_cache_key": None, "previous_response_id": None, "store": False}
 
 
 @pytest.fixture(scope="module")
@@ -567,18 +574,40 @@ class TestResponseEncode:
         assert out["incomplete_details"] is None and out["error"] is None
         assert out["output"] == [
             {"id": "msg_up1_0", "type": "message", "role": "assistant", "status": "completed",
-             "content": [{"type": "output_text", "text": "a", "annotations": []}, {"type": "refusal", "refusal": "r"}]},
+             "content": [{"type": "output_text", "text": "a", "annotations": [], "logprobs": []}, {"type": "refusal", "refusal": "r"}]},
             {"id": "fc_toolu_1", "type": "function_call", "call_id": "toolu_1", "name": "f", "arguments": "{}", "status": "completed"},
             {"id": "msg_up1_2", "type": "message", "role": "assistant", "status": "completed",
-             "content": [{"type": "output_text", "text": "b", "annotations": [{"type": "url_citation", "url": "u", "title": "t", "start_index": 0, "end_index": 1}]}]}]
+             "content": [{"type": "output_text", "text": "b", "annotations": [{"type": "url_citation", "url": "u", "title": "t", "start_index": 0, "end_index": 1}],
+                          "logprobs": []}]}]
         assert out["usage"] == {"input_tokens": 30, "input_tokens_details": {"cached_tokens": 5, "cache_write_tokens": 3},
                                 "output_tokens": 9, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 39}
-        assert out["tools"] == body["tools"] and out["tool_choice"] == "required" and out["parallel_tool_calls"] is False
+        assert out["tools"] == [{**body["tools"][0], "description": None}]
+        assert out["tool_choice"] == "required" and out["parallel_tool_calls"] is False
         assert out["instructions"] == "I"
 
     def test_defaults_echo(self, eng):
         out = self.renc(eng, ir_response([{"type": "text", "text": "a"}]))
         assert out["tools"] == [] and out["tool_choice"] == "auto" and out["parallel_tool_calls"] is True
+        assert {k: out[k] for k in DEFAULTS} == DEFAULTS
+        assert isinstance(out["completed_at"], int)
+
+    def test_settings_echo(self, eng):
+        body = {"model": "m", "tools": [{"type": "function", "name": "f"}], "temperature": 0.2, "top_p": 0.9,
+                "max_output_tokens": 64, "reasoning": {"effort": "low"}, "text": {"verbosity": "low"},
+                "metadata": {"k": "v"}, "truncation": "disabled", "service_tier": "flex", "top_logprobs": 2,
+                "safety_identifier": "u1", "prompt_cache_key": "pk"}
+        out = self.renc(eng, ir_response([{"type": "text", "text": "a"}]), body)
+        # A function tool's description, parameters and strict are required keys: unset reads null.
+        assert out["tools"] == [{"type": "function", "name": "f", "description": None, "parameters": None, "strict": None}]
+        assert out["reasoning"] == {"effort": "low", "summary": None}
+        assert out["text"] == {"format": {"type": "text"}, "verbosity": "low"}
+        for key in ("temperature", "top_p", "max_output_tokens", "metadata", "truncation", "service_tier",
+                    "top_logprobs", "safety_identifier", "prompt_cache_key"):
+            assert out[key] == body[key], key
+
+    def test_completed_at_only_when_completed(self, eng):
+        out = self.renc(eng, ir_response([{"type": "text", "text": "a"}], stop="max_tokens"))
+        assert out["status"] == "incomplete" and out["completed_at"] is None
 
     def test_reasoning_carries_the_envelope(self, eng):
         sig = {"protocol": A, "provider": "p", "signature": "SIG"}
@@ -624,7 +653,7 @@ class TestResponseEncode:
         assert out["output"] == [{"id": "msg_up1_0", "type": "message", "role": "assistant", "status": "completed",
                                   "content": [{"type": "refusal", "refusal": "I can't help with that."}]}]
         out = self.renc(eng, ir_response([{"type": "text", "text": "Partial"}], stop="refusal", stop_details=details))
-        assert out["output"][0]["content"] == [{"type": "output_text", "text": "Partial", "annotations": []}]
+        assert out["output"][0]["content"] == [{"type": "output_text", "text": "Partial", "annotations": [], "logprobs": []}]
 
     def test_custom_tool_call(self, eng):
         out = self.renc(eng, ir_response([{"type": "tool_call", "custom": True, "id": "c1", "name": "g", "input": "raw"}], stop="tool_use"))
@@ -1003,6 +1032,16 @@ class TestStreamEncode:
         assert final["tools"][0]["name"] == "f"
         Response.model_validate(final)
         assert st.complete and not st.failed
+
+    def test_every_snapshot_echoes_the_settings(self, eng):
+        events, _ = encode_stream(eng, [start(), b_start(0, "text"), b_delta(0, "text", "x"), b_stop(0), m_stop()],
+                                  body={"tools": [{"type": "function", "name": "f"}]})
+        snapshots = [e["response"] for e in events if "response" in e]
+        assert [s["status"] for s in snapshots] == ["in_progress", "in_progress", "completed"]
+        for snapshot in snapshots:
+            assert {k: snapshot[k] for k in DEFAULTS} == DEFAULTS
+            assert snapshot["tools"] == [{"type": "function", "name": "f", "description": None, "parameters": None, "strict": None}]
+        assert snapshots[0]["completed_at"] is None and isinstance(snapshots[-1]["completed_at"], int)
 
     def test_interleaved_calls_do_not_overlap(self, eng):
         events, _ = encode_stream(eng, [
