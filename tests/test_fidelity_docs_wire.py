@@ -2,6 +2,7 @@
 official SDKs against the real server: what the provider received and what the client got.
 
 - a Chat provider that repeats a tool call's name in later chunks (recorded traffic)
+- Responses `include` values with no counterpart toward other providers: traced
 """
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import anthropic
 import openai
 import pytest
 
-from proxai.mock import Stream
+from gemini_helpers import gemini_config
+from proxai.mock import Reasoning, Stream, Text, Turn
 from test_observability import LogCapture
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -74,3 +76,88 @@ def test_a_tool_name_that_changes_mid_call_ends_the_stream_with_an_error(anthrop
         with anthropic_client.messages.stream(model="chat/m", max_tokens=50, messages=HI, tools=[VERSION_TOOL]) as stream:
             stream.get_final_message()
     assert "function.name" in str(err.value)
+
+
+# --- Responses include values with no counterpart ----------------------------------------------
+
+# Every ResponseIncludable of the SDK but the two with a counterpart.
+NO_COUNTERPART = ["file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+                  "message.input_image.image_url", "computer_call_output.output.image_url",
+                  "code_interpreter_call.outputs"]
+
+
+def test_the_sdk_includables_are_the_ones_decided():
+    from typing import get_args
+
+    from openai.types.responses import ResponseIncludable
+
+    assert set(get_args(ResponseIncludable)) == {*NO_COUNTERPART, "reasoning.encrypted_content",
+                                                  "message.output_text.logprobs"}
+
+
+@pytest.fixture(scope="module")
+def gemini_proxy(harness):
+    p = harness.start_proxy(gemini_config(harness.mock_url))
+    yield p
+    p.stop()
+
+
+def include_notes(lines: list[str]) -> list[str]:
+    return sorted(line.split("dropped include value ", 1)[1].split(" ", 1)[0]
+                  for line in lines if "dropped include value " in line)
+
+
+@pytest.mark.parametrize("provider,protocol", [("chat", "openai_chat_completions"), ("anthropic", "anthropic_messages"),
+                                               ("gemini", "gemini_generate_content")])
+@pytest.mark.parametrize("stream", [False, True])
+def test_include_values_without_a_counterpart_are_traced(gemini_proxy, mock, provider, protocol, stream):
+    client = gemini_proxy.openai()
+    rid = f"include-{provider}-{stream}"
+    mock.enqueue(Turn([Reasoning("let me see", signature="sig-1"), Text("ok")]))
+    with LogCapture(level=logging.DEBUG) as cap:
+        kw = dict(model=f"{provider}/m", input="hi", include=[*NO_COUNTERPART, "reasoning.encrypted_content"],
+                  reasoning={"effort": "low"}, extra_headers={"x-request-id": rid})
+        if stream:
+            with client.responses.stream(**kw) as s:
+                out = s.get_final_response()
+        else:
+            out = client.responses.create(**kw)
+        lines = cap.lines_with("request_id=" + rid, count=len(NO_COUNTERPART) + 1)
+    client.close()
+    assert out.output_text == "ok"
+    assert include_notes(lines) == sorted(NO_COUNTERPART), lines
+    assert all(f"(no counterpart in {protocol})" in line for line in lines if "dropped include value" in line)
+    # reasoning.encrypted_content is honoured: the reasoning item carries the envelope
+    if provider != "chat":  # a Chat provider's reasoning has no state to carry
+        (reasoning,) = [i for i in out.output if i.type == "reasoning"]
+        assert reasoning.encrypted_content and reasoning.encrypted_content.startswith("pxc1.")
+    body = sent(mock)
+    assert "include" not in body and "logprobs" not in body
+    assert "responseLogprobs" not in (body.get("generationConfig") or {})
+
+
+def test_include_logprobs_toward_chat_is_logprobs_and_not_traced(openai_client, mock):
+    mock.enqueue(Turn([Text("ok")]))
+    with LogCapture(level=logging.DEBUG) as cap:
+        openai_client.responses.create(model="chat/m", input="hi", top_logprobs=2, extra_headers={"x-request-id": "inc-lp"},
+                                       include=["message.output_text.logprobs", "code_interpreter_call.outputs"])
+        lines = cap.lines_with("request_id=inc-lp", count=2)
+    assert include_notes(lines) == ["code_interpreter_call.outputs"]
+    body = sent(mock)
+    assert body["logprobs"] is True and body["top_logprobs"] == 2 and "include" not in body
+
+
+def test_encrypted_reasoning_include_is_traced_when_continuation_is_off(start_proxy, harness, mock):
+    doc = harness.default_config()
+    doc["continuation"] = {"enabled": False}
+    client = start_proxy(doc).openai()
+    mock.enqueue(Turn([Reasoning("let me see", signature="sig-1"), Text("ok")]))
+    with LogCapture(level=logging.DEBUG) as cap:
+        out = client.responses.create(model="anthropic/m", input="hi", include=["reasoning.encrypted_content"],
+                                      reasoning={"effort": "low"}, extra_headers={"x-request-id": "inc-off"})
+        lines = cap.lines_with("request_id=inc-off", count=2)
+    client.close()
+    assert out.output_text == "ok"
+    assert not any(getattr(i, "encrypted_content", None) for i in out.output)
+    (note,) = [line for line in lines if "dropped include value" in line]
+    assert "dropped include value reasoning.encrypted_content (continuation is off)" in note

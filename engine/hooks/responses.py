@@ -71,6 +71,30 @@ def allowed_tools(scope, names=None, tools=None):
     return [{"type": "custom" if types.get(n) == "custom" else "function", "name": n} for n in names or ()]
 
 
+LOGPROBS = "message.output_text.logprobs"
+ENCRYPTED_REASONING = "reasoning.encrypted_content"
+
+
+def include(scope, values=None):
+    """``include`` -> the IR ``logprobs`` flag; every value with no counterpart is traced.
+
+    ``message.output_text.logprobs`` is the flag. ``reasoning.encrypted_content`` is
+    honoured while continuation is on: the envelope is what a reasoning item's
+    encrypted_content then carries. The other values (hosted tools' results and sources,
+    input and screenshot image URLs) ask for output items no other protocol produces, so
+    the provider cannot be asked for them: dropped, each named in a trace line."""
+    if not isinstance(values, list):
+        return None
+    ctx = scope.ctx
+    for value in dict.fromkeys(v for v in values if isinstance(v, str)):
+        if value == LOGPROBS or (value == ENCRYPTED_REASONING and (ctx is None or ctx.continuation_enabled)):
+            continue
+        if ctx is not None:
+            why = "continuation is off" if value == ENCRYPTED_REASONING else f"no counterpart in {ctx.provider_protocol}"
+            ctx.trace(f"dropped include value {value} ({why})")
+    return True if LOGPROBS in values else None
+
+
 def split_summary(scope, text=None, lengths=None):
     """Summary parts rebuilt from the visible text and the recorded part lengths (the text
     joined them with a blank line), so a replayed reasoning item is byte-identical."""
@@ -100,6 +124,7 @@ HOOKS = {
     "responses.merge_messages": merge_messages,
     "responses.is_custom_call": is_custom_call,
     "responses.allowed_tools": allowed_tools,
+    "responses.include": include,
     "responses.split_summary": split_summary,
     "responses.number_items": number_items,
 }
