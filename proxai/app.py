@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -19,13 +18,14 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, count_tokens, gemini_client, ingress, inspector, models_endpoint, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
+from proxai import capture, count_tokens, gemini_client, ingress, inspector, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
 from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.logs import log_request
 from proxai.metrics import Metrics
+from proxai.origin import is_loopback as _is_loopback
 from proxai.relay import Relay
 from proxai.streaming import Outcome, StreamLoop, TranslatedStream
 from proxai.routing import RouteMatch, Router
@@ -521,14 +521,12 @@ def model_capabilities(match: RouteMatch) -> dict[str, Any]:
     return out
 
 
-def _is_loopback(host: str | None) -> bool:
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0]) if host is not None else None
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-            address = address.ipv4_mapped  # ::ffff:127.0.0.1 on a dual-stack socket
-        return address is not None and address.is_loopback
-    except ValueError:
-        return False
+def _refuse_foreign_pages(request: web.Request, proxy: Proxy) -> None:
+    # The inspector answers a foreign Host with its own 404, which does not say it is there.
+    refused = origin.refusal(request.headers, request.path, proxy.config.server,
+                             check_host=not request.path.startswith(inspector.PREFIX))
+    if refused is not None:
+        raise refused
 
 
 @web.middleware
@@ -547,6 +545,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     tables = proxy.engine.tables
     response: web.StreamResponse | None = None
     try:
+        _refuse_foreign_pages(request, proxy)
         response = await handler(request)
         return response
     except E.ProxyError as err:

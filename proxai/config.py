@@ -48,6 +48,9 @@ class ServerConfig:
     max_request_body_bytes: int = 52428800
     max_concurrent_requests: int = 64
     api_keys: tuple[str, ...] = ()
+    # Without api_keys: web pages and Host names let in besides this machine's (proxai/origin.py).
+    allowed_origins: tuple[str, ...] = ()
+    allowed_hosts: tuple[str, ...] = ()
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     inspector: InspectorConfig = field(default_factory=InspectorConfig)
     # Connection and size limits (README "Failure behaviour" and "Security").
@@ -410,6 +413,8 @@ def _build(doc: dict[str, Any]) -> Config:
             max_request_body_bytes=server.get("max_request_body_bytes", 52428800),
             max_concurrent_requests=server.get("max_concurrent_requests", 64),
             api_keys=tuple(server.get("api_keys", ())),
+            allowed_origins=tuple(server.get("allowed_origins", ())),
+            allowed_hosts=tuple(server.get("allowed_hosts", ())),
             metrics=MetricsConfig(**server.get("metrics", {})),
             inspector=InspectorConfig(**server.get("inspector", {})),
             **{key: server[key] for key in LIMIT_KEYS if key in server},

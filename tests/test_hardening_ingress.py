@@ -65,7 +65,7 @@ def test_stalled_uploads_hold_no_concurrency_slot_and_time_out_with_408(harness,
     stalled = []
     for _ in range(6):  # three times the concurrency limit
         s = socket.create_connection(_addr(p))
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                   b"Content-Length: %d\r\n\r\n" % len(body) + body[: len(body) // 2])
         stalled.append(s)
     try:

@@ -202,7 +202,7 @@ def _one_round(server: ServerProcess, mock, rnd: int) -> None:
 
     def stalled_upload() -> None:
         with socket.create_connection((host, port), timeout=10) as s:
-            s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"mo")
+            s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"mo")
             s.recv(65536)  # the 408, after request_body_timeout_secs
 
     clients = (CHAT, RESPONSES, ANTHROPIC)

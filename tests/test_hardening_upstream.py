@@ -241,7 +241,7 @@ def test_an_unusable_anthropic_version_header_is_replaced_by_the_default(proxy, 
 
     host, port = proxy.url.rsplit("//", 1)[1].split(":")
     body = json.dumps(request_body(ANTHROPIC, ANTHROPIC, stream=False)).encode()
-    request = (b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    request = (b"POST /v1/messages HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                b"anthropic-version: \xff\xfe\r\nanthropic-beta: ok-beta-1\r\nanthropic-beta: caf\xc3\xa9\r\n"
                b"Connection: close\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
     with socket.create_connection((host, int(port)), timeout=10) as s:

@@ -369,7 +369,7 @@ def test_client_disconnect_cancels_the_upstream_request(harness, start_proxy):
         u = urlsplit(p.url)
         sock = socket.create_connection((u.hostname, u.port), timeout=5)
         body = json.dumps({"model": "m", "messages": MESSAGES, "stream": True}).encode()
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
                      b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         received = b""
         while b"data: " not in received:

@@ -319,7 +319,7 @@ def test_client_disconnect_cancels_the_upstream_and_frees_the_slot(harness, star
         u = urlsplit(p.url)
         sock = socket.create_connection((u.hostname, u.port), timeout=5)
         body = json.dumps(request_body(client, provider)).encode()
-        sock.sendall(f"POST {PATH[client]} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
+        sock.sendall(f"POST {PATH[client]} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n".encode()
                      + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         received = b""
         while b"data: " not in received:

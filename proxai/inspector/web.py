@@ -27,6 +27,7 @@ import engine
 from proxai import capture, dryrun
 from proxai.inspector import view
 from proxai.inspector.record import Ring
+from proxai.origin import is_loopback, loopback_host
 
 if TYPE_CHECKING:
     from proxai.app import Proxy
@@ -73,7 +74,7 @@ class InspectorWeb:
     def _denied(self, request: web.Request) -> web.Response | None:
         settings = self.proxy.config.server
         if settings.inspector.loopback_only:
-            if not _is_loopback(request.remote) or not _loopback_host(request.host):
+            if not is_loopback(request.remote) or not loopback_host(request.host):
                 # The Host check stops DNS rebinding: a page on another site resolving to 127.0.0.1.
                 return _json({"error": {"message": f"no endpoint at {request.path}"}}, 404)
         keys = settings.api_keys
@@ -231,22 +232,6 @@ def _secure(response):
 
 def _safe_id(rid: str) -> bool:
     return bool(rid) and "/" not in rid and "\\" not in rid and not rid.startswith(".")
-
-
-def _is_loopback(host: str | None) -> bool:
-    from proxai.app import _is_loopback as is_loopback  # the app imports this module
-
-    return is_loopback(host)
-
-
-def _loopback_host(host: str) -> bool:
-    """The Host header names this machine: localhost or a loopback address (any port)."""
-    if host.startswith("["):
-        name = host[1:].partition("]")[0]
-    else:
-        name = host.rpartition(":")[0] if host.count(":") == 1 else host
-    name = name.lower()
-    return name == "localhost" or name.endswith(".localhost") or _is_loopback(name)
 
 
 def _key_ok(request: web.Request, keys: tuple[str, ...]) -> bool:
