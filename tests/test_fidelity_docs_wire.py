@@ -3,6 +3,7 @@ official SDKs against the real server: what the provider received and what the c
 
 - a Chat provider that repeats a tool call's name in later chunks (recorded traffic)
 - Responses `include` values with no counterpart toward other providers: traced
+- where an Anthropic refusal's wording goes for Chat and Responses clients (decisions.md #5)
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import openai
 import pytest
 
 from gemini_helpers import gemini_config
-from proxai.mock import Reasoning, Stream, Text, Turn
+from proxai.mock import Reasoning, Refusal, Stream, Text, Turn
 from test_observability import LogCapture
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -161,3 +162,44 @@ def test_encrypted_reasoning_include_is_traced_when_continuation_is_off(start_pr
     assert not any(getattr(i, "encrypted_content", None) for i in out.output)
     (note,) = [line for line in lines if "dropped include value" in line]
     assert "dropped include value reasoning.encrypted_content (continuation is off)" in note
+
+
+# --- an Anthropic refusal toward Chat and Responses clients (docs/decisions.md #5) -------------
+
+REFUSED = "I can't help with that."
+
+
+def chat_refusal(client, stream: bool) -> tuple[str, str | None, str | None]:
+    """(finish_reason, content, refusal) as the client got them."""
+    kw = dict(model="anthropic/claude", messages=HI)
+    if not stream:
+        choice = client.chat.completions.create(**kw).choices[0]
+        return choice.finish_reason, choice.message.content, choice.message.refusal
+    chunks = [c.choices[0] for c in client.chat.completions.create(stream=True, **kw) if c.choices]
+    content = "".join(c.delta.content or "" for c in chunks) or None
+    refusal = "".join(c.delta.refusal or "" for c in chunks) or None
+    return [c.finish_reason for c in chunks if c.finish_reason][0], content, refusal
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_refusal_text_stays_content_for_a_chat_client(openai_client, mock, stream):
+    mock.enqueue(Turn([Refusal(REFUSED, explanation="policy")]))
+    assert chat_refusal(openai_client, stream) == ("content_filter", REFUSED, None)
+    assert mock.requests[-1].path == "/v1/messages"
+    # With no text, the explanation is the refusal.
+    mock.enqueue(Turn([Refusal("", explanation="policy")]))
+    assert chat_refusal(openai_client, stream) == ("content_filter", None, "policy")
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_anthropic_refusal_text_stays_output_text_for_a_responses_client(openai_client, mock, stream):
+    for blocks, parts in (([Refusal(REFUSED, explanation="policy")], [("output_text", REFUSED)]),
+                          ([Refusal("", explanation="policy")], [("refusal", "policy")])):
+        mock.enqueue(Turn(blocks))
+        if stream:
+            out = list(openai_client.responses.create(model="anthropic/claude", input="hi", stream=True))[-1].response
+        else:
+            out = openai_client.responses.create(model="anthropic/claude", input="hi")
+        assert (out.status, out.incomplete_details.reason) == ("incomplete", "content_filter")
+        assert [(c.type, getattr(c, "text", None) or getattr(c, "refusal", None))
+                for i in out.output if i.type == "message" for c in i.content] == parts
