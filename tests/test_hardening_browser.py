@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import shutil
 
 import pytest
 
@@ -163,6 +164,13 @@ def test_local_clients_and_local_pages_are_served(keyless, mock, headers):
     assert len(mock.requests) == 1
 
 
+@pytest.mark.parametrize("method,path,body,family", ENDPOINTS)
+def test_every_endpoint_serves_a_page_on_this_machine(keyless, mock, method, path, body, family):
+    headers = {"Origin": "http://localhost:3000", "Host": f"localhost:{keyless.port}"}
+    status, _headers, raw = send(keyless, method, path, body, headers)
+    assert status == 200, raw[:300]
+
+
 @pytest.mark.parametrize("path", ["/healthz", "/readyz"])
 def test_probes_are_answered_whatever_the_host(keyless, path):
     status, _headers, raw = send(keyless, "GET", path, headers={"Host": "10.1.2.3:18080"})
@@ -250,3 +258,56 @@ def test_allowed_hosts_turn_the_host_rule_on_for_any_listener():
     assert origin.refusal({"Host": "evil.example"}, "/healthz", guarded) is None
     with_keys = ServerConfig(api_keys=("k",))
     assert origin.refusal({"Host": "evil.example", "Origin": EVIL}, "/v1/models", with_keys) is None
+
+
+# --- in a real browser -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install -e '.[test]')")
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path is None:
+        pytest.skip("no chromium browser on PATH: install Debian's package (apt-get install -y chromium)")
+    # evil.example resolves to this machine, as it would for a DNS-rebinding attacker.
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+            "--host-resolver-rules=MAP evil.example 127.0.0.1"]
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=path, args=args)
+        yield browser
+        browser.close()
+
+
+FETCH = """async ([url, init]) => {
+    try {
+        const r = await fetch(url, init);
+        return {status: r.status, type: r.type, body: r.type === "opaque" ? "" : await r.text()};
+    } catch (e) {
+        return {error: String(e)};
+    }
+}"""
+
+
+@pytest.mark.slow
+def test_a_page_in_chromium_can_neither_spend_nor_read(chromium, keyless, mock):
+    page = chromium.new_page()
+    try:
+        page.goto(f"http://evil.example:{keyless.port}/healthz")  # any page under the attacker's name
+        body = json.dumps(CHAT_BODY)
+        simple = {"method": "POST", "mode": "no-cors", "headers": {"Content-Type": "text/plain"}, "body": body}
+        sent = page.evaluate(FETCH, [f"http://127.0.0.1:{keyless.port}/v1/chat/completions", simple])
+        assert sent["type"] == "opaque"  # the browser sent it and shows the page nothing
+        cors = page.evaluate(FETCH, [f"http://127.0.0.1:{keyless.port}/v1/chat/completions",
+                                     {"method": "POST", "headers": {"Content-Type": "application/json"}, "body": body}])
+        assert "error" in cors  # the preflight granted nothing
+        # DNS rebinding: the page's own origin now reaches the proxy, and may read what comes back.
+        # A same-origin GET carries no Origin (the Host tells); Chromium's same-origin POST does.
+        for path, init, named in (("/v1/models", {}, "Host"), ("/v1/chat/completions", {"method": "POST", "body": body}, "Origin")):
+            answer = page.evaluate(FETCH, [path, init])
+            assert answer["status"] == 403, answer
+            assert "permission_error" in answer["body"] and f"{named} header" in answer["body"]
+    finally:
+        page.close()
+    assert mock.requests == []
+    refused = [r for r in keyless.request_records() if r.get("path") == "/v1/chat/completions" and r.get("status") == 403]
+    assert refused
