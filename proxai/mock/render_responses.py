@@ -78,6 +78,7 @@ def envelope(turn: Turn, request: dict, rid: str, created: int) -> dict:
         "id": rid,
         "object": "response",
         "created_at": created,
+        "completed_at": None,
         "status": "in_progress",
         "background": False,
         "error": None,
@@ -101,7 +102,16 @@ def envelope(turn: Turn, request: dict, rid: str, created: int) -> dict:
         "usage": None,
         "user": None,
         "metadata": request.get("metadata") or {},
+        "presence_penalty": request.get("presence_penalty", 0.0),
+        "frequency_penalty": request.get("frequency_penalty", 0.0),
+        "top_logprobs": request.get("top_logprobs", 0),
+        "safety_identifier": request.get("safety_identifier"),
+        "prompt_cache_key": request.get("prompt_cache_key"),
     }
+
+
+def _completed_at(status: str) -> int | None:
+    return int(time.time()) if status == "completed" else None
 
 
 def _plan(turn: Turn, rid: str) -> list[dict]:
@@ -164,6 +174,7 @@ def body(turn: Turn, request: dict) -> dict:
     resp = envelope(turn, request, rid, int(time.time()))
     resp["output"] = [_final(item) for item in _plan(turn, rid)]
     resp["status"], resp["incomplete_details"] = status(turn)
+    resp["completed_at"] = _completed_at(resp["status"])
     if resp["status"] == "failed":
         resp["error"] = _error(turn)
     resp["usage"] = usage(turn)
@@ -250,7 +261,7 @@ def events(turn: Turn, request: dict) -> list[tuple[str, dict]]:
 
     final_status, incomplete = status(turn)
     terminal = dict(env, status=final_status, incomplete_details=incomplete, usage=usage(turn),
-                    output=[_final(item) for item in items])
+                    output=[_final(item) for item in items], completed_at=_completed_at(final_status))
     if final_status == "failed":
         terminal["error"] = _error(turn)
     kind = {"completed": "response.completed", "incomplete": "response.incomplete",
