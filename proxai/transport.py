@@ -20,9 +20,10 @@ import aiohttp
 import yarl
 from urllib.parse import quote
 
+from proxai.body_guard import READ_FAILURES, BodyGuard
 from proxai.config import ProviderConfig
 from proxai.errors import (
-    ANTHROPIC, CHAT, GEMINI, RESPONSES, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
+    ANTHROPIC, CHAT, GEMINI, RESPONSES, InvalidRequest, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
 )
 
 log = logging.getLogger("proxai.transport")
@@ -47,6 +48,9 @@ def model_segment(model: str | None) -> str:
     `/`, `?`, `#`, `%`, `:` and every control or non-ASCII byte are escaped, so no client
     model can reach another path or add to the query of a request that carries the key."""
     name = (model or "").removeprefix("models/")
+    if not name:
+        raise InvalidRequest("the model routes to a Gemini provider but names no model (an empty name after "
+                             "models/)", param="model")
     return quote(name, safe="-._~@")
 
 
@@ -323,6 +327,7 @@ async def read_body(resp: aiohttp.ClientResponse, provider: ProviderConfig, limi
     `limit`: read at most that many bytes and ignore the rest (error bodies).
     `cap`: a body longer than that once decompressed is an UpstreamTooLarge (502).
     """
+    guard = BodyGuard(resp)  # a body whose framing breaks ends the read instead of hanging it
     try:
         if limit is not None:
             return await resp.content.read(limit)
@@ -353,8 +358,13 @@ async def read_body(resp: aiohttp.ClientResponse, provider: ProviderConfig, limi
         raise UpstreamTimeout(
             f"provider {provider.name!r} went silent for {provider.read_idle_timeout_secs:g}s"
         ) from None
-    except aiohttp.ClientError as exc:
+    except READ_FAILURES as exc:
+        if guard.malformed(exc):
+            raise UpstreamProtocolError(
+                f"provider {provider.name!r} sent a malformed response body (its HTTP framing is invalid)") from None
         raise UpstreamProtocolError(f"provider {provider.name!r} dropped the connection: {_describe(exc)}") from None
+    finally:
+        guard.release()
 
 
 def _too_large(provider: ProviderConfig, cap: int) -> UpstreamTooLarge:

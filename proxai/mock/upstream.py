@@ -36,6 +36,7 @@ class Recorded:
     raw: bytes
     method: str = "POST"
     query: str = ""  # the raw query string
+    raw_path: str = ""  # the path as it came on the request line, still escaped
 
 
 def protocol_for_path(path: str) -> str:
@@ -159,6 +160,7 @@ class MockUpstream:
             raw=raw,
             method=request.method,
             query=request.rel_url.raw_query_string,
+            raw_path=request.rel_url.raw_path,
         )
         self.requests.append(record)
         gemini = gemini_request(path, record.body) if protocol == GEMINI else None
