@@ -167,7 +167,7 @@ def test_stream_error_chunk_keeps_status(eng):
 def test_stream_blocked_prompt(eng):
     events = run(eng, [{"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 4, "totalTokenCount": 4},
                         "responseId": "b"}])
-    assert events[-1]["stop"] == "refusal" and events[-1]["stop_details"]["category"] == "SAFETY"
+    assert events[-1]["stop"] == "refusal" and events[-1]["stop_details"]["category"] == "general_harms"
 
 
 def test_stream_failure_finish_is_an_error(eng):

@@ -271,7 +271,7 @@ def test_thinking_budget_mode(harness, mock):
     try:
         mock.enqueue(turn(Text("ok")))
         p.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}], reasoning_effort="low")
-        assert sent(mock)["generationConfig"]["thinkingConfig"] == {"thinkingBudget": 1024}
+        assert sent(mock)["generationConfig"]["thinkingConfig"] == {"includeThoughts": True, "thinkingBudget": 1024}
     finally:
         p.stop()
 
@@ -316,7 +316,7 @@ def test_safety_stop_with_no_content_is_a_refusal(client, mock, stream):
     r = client.ask(MODEL, HI, stream=stream)
     assert r.stop == "refusal" and r.text == ""
     if client.name == "anthropic":
-        assert r.raw.stop_details.category == "SAFETY"
+        assert r.raw.stop_details.category == "general_harms"
         assert r.raw.stop_details.explanation == "Blocked for dangerous content."
     sent(mock, stream)
 
@@ -335,7 +335,7 @@ def test_blocked_prompt_is_a_refusal(client, mock, stream):
     assert r.stop == "refusal" and r.text == "" and not r.calls
     assert r.usage["input"] == 9
     if client.name == "anthropic":
-        assert r.raw.stop_details.category == "PROHIBITED_CONTENT"
+        assert r.raw.stop_details.category == "general_harms"
     sent(mock, stream)
 
 

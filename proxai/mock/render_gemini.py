@@ -5,6 +5,7 @@ no [DONE]; the last carries finishReason; usageMetadata is cumulative on every c
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from .turn import Reasoning, Refusal, Text, ToolCall, Turn, model_for, new_id, pieces, usage_for
 
@@ -47,9 +48,38 @@ def _call(b: ToolCall) -> dict:
     return _signed({"functionCall": call}, b.thought_signature)
 
 
-def _parts(turn: Turn) -> list[dict]:
-    out = []
+def includes_thoughts(request: dict) -> bool:
+    """Gemini returns thought parts only when generationConfig.thinkingConfig.includeThoughts
+    is true (either key spelling)."""
+    config = request.get("generationConfig") or request.get("generation_config") or {}
+    thinking = config.get("thinkingConfig") or config.get("thinking_config") or {}
+    return (thinking.get("includeThoughts") if "includeThoughts" in thinking else thinking.get("include_thoughts")) is True
+
+
+def _visible(turn: Turn, request: dict) -> list:
+    """The blocks Gemini shows for `request`. Without includeThoughts the thoughts are left
+    out (still counted in thoughtsTokenCount), and a thought's signature moves onto the
+    part that follows it, as Gemini puts it on the first part after its thinking."""
+    if includes_thoughts(request):
+        return list(turn.blocks)
+    out, signature = [], None
     for b in turn.blocks:
+        if isinstance(b, Reasoning):
+            signature = signature or b.signature
+            continue
+        if signature and isinstance(b, Text) and not b.thought_signature:
+            b = replace(b, thought_signature=signature)
+            signature = None
+        elif signature and isinstance(b, ToolCall) and not b.thought_signature:
+            b = replace(b, thought_signature=signature)
+            signature = None
+        out.append(b)
+    return out
+
+
+def _parts(turn: Turn, request: dict) -> list[dict]:
+    out = []
+    for b in _visible(turn, request):
         if isinstance(b, Reasoning):
             out.append(_signed({"text": b.text, "thought": True}, b.signature))
         elif isinstance(b, Text):
@@ -75,7 +105,7 @@ def _candidate(turn: Turn, parts: list[dict] | None, finish: str | None) -> dict
 
 
 def body(turn: Turn, request: dict) -> dict:
-    parts = _parts(turn)
+    parts = _parts(turn, request)
     return {
         "candidates": [_candidate(turn, parts or None, finish_reason(turn))],
         "usageMetadata": usage(turn),
@@ -91,7 +121,7 @@ def events(turn: Turn, request: dict) -> list[tuple[None, dict]]:
     model = model_for(turn, request)
     chunks: list[list[dict]] = []
     calls: list[dict] = []
-    for b in turn.blocks:
+    for b in _visible(turn, request):
         if isinstance(b, ToolCall):
             calls.append(_call(b))
             continue

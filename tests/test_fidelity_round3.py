@@ -1,0 +1,233 @@
+"""End to end, the official SDKs against the real proxy and the mock upstream:
+
+1. Reasoning toward a Gemini provider: thoughts are asked for (includeThoughts) exactly
+   when the client asked for reasoning it can see, and the mock, as Gemini does, returns
+   thought parts only then.
+2. Refusals reaching Anthropic clients: `stop_details` always validates as the SDK's
+   RefusalStopDetails (a category from its enum where the meaning matches, else null).
+3. Gemini clients that keep no thought parts (Gemini CLI): the provider's reasoning state
+   rides on the step's first functionCall (or first text) part as thoughtSignature, and
+   comes back from there to the provider.
+"""
+from __future__ import annotations
+
+import json
+import typing
+
+import anthropic
+import pytest
+from anthropic.types import RefusalStopDetails
+from google import genai
+from google.genai import types
+
+from gemini_helpers import MODEL, check_response, gemini_config, sent
+from harness import CLIENT_KEY
+from proxai.mock import Json, Reasoning, RedactedReasoning, Refusal, Stream, Text, ToolCall, Turn, Usage
+
+STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+THOUGHT = "I should look up the weather first."
+HI = [{"role": "user", "content": "weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def gemini_proxy(harness):
+    p = harness.start_proxy(gemini_config(harness.mock_url))
+    yield p
+    p.stop()
+
+
+def gemini_turn(*blocks, **kw) -> Turn:
+    """A scripted Gemini answer whose wire form validates as google.genai.types."""
+    from proxai.mock import render_gemini
+
+    t = Turn(list(blocks), **kw)
+    for request in ({"model": "m", "generationConfig": {"thinkingConfig": {"includeThoughts": True}}}, {"model": "m"}):
+        check_response(render_gemini.body(t, request))
+        for _, chunk in render_gemini.events(t, {**request, "stream": True}):
+            if "error" not in chunk:
+                check_response(chunk)
+    return t
+
+
+# --- 1. includeThoughts toward Gemini ---------------------------------------------------------
+
+
+def chat_reasoning(proxy, stream, **kw):
+    client = proxy.openai()
+    if not stream:
+        msg = client.chat.completions.create(model=MODEL, messages=HI, **kw).choices[0].message
+        return msg.content, (msg.model_extra or {}).get("reasoning_content")
+    text, reasoning = "", None
+    for chunk in client.chat.completions.create(model=MODEL, messages=HI, stream=True, **kw):
+        if chunk.choices:
+            delta = chunk.choices[0].delta
+            text += delta.content or ""
+            more = (delta.model_extra or {}).get("reasoning_content")
+            if more:
+                reasoning = (reasoning or "") + more
+    return text, reasoning
+
+
+def responses_reasoning(proxy, stream, **kw):
+    client = proxy.openai()
+    if not stream:
+        r = client.responses.create(model=MODEL, input="weather in Paris?", **kw)
+    else:
+        with client.responses.stream(model=MODEL, input="weather in Paris?", **kw) as s:
+            r = s.get_final_response()
+    summaries = ["".join(s.text for s in i.summary) + "".join(c.text for c in (i.content or ()))
+                 for i in r.output if i.type == "reasoning"]
+    return r.output_text, "".join(summaries) or None
+
+
+def anthropic_reasoning(proxy, stream, **kw):
+    client = proxy.anthropic()
+    if not stream:
+        m = client.messages.create(model=MODEL, max_tokens=20000, messages=HI, **kw)
+    else:
+        with client.messages.stream(model=MODEL, max_tokens=20000, messages=HI, **kw) as s:
+            m = s.get_final_message()
+    text = "".join(b.text for b in m.content if b.type == "text")
+    thinking = "".join(b.thinking for b in m.content if b.type == "thinking")
+    return text, thinking or None
+
+
+# (client, request options, whether the client can see reasoning)
+VISIBILITY = [
+    pytest.param(chat_reasoning, {"reasoning_effort": "high"}, True, id="chat-effort"),
+    pytest.param(chat_reasoning, {"reasoning_effort": "minimal"}, False, id="chat-effort-minimal"),
+    pytest.param(responses_reasoning, {"reasoning": {"effort": "high", "summary": "auto"}}, True, id="responses-summary"),
+    pytest.param(responses_reasoning, {"reasoning": {"effort": "high"}}, False, id="responses-no-summary"),
+    pytest.param(anthropic_reasoning, {"thinking": {"type": "enabled", "budget_tokens": 16000}}, True, id="anthropic-enabled"),
+    pytest.param(anthropic_reasoning, {"thinking": {"type": "adaptive"}}, True, id="anthropic-adaptive"),
+    pytest.param(anthropic_reasoning, {"thinking": {"type": "adaptive", "display": "summarized"}}, True,
+                 id="anthropic-summarized"),
+    pytest.param(anthropic_reasoning, {"thinking": {"type": "enabled", "budget_tokens": 16000, "display": "omitted"}},
+                 False, id="anthropic-omitted"),
+    pytest.param(anthropic_reasoning, {"thinking": {"type": "disabled"}}, False, id="anthropic-disabled"),
+]
+
+
+@STREAMS
+@pytest.mark.parametrize("ask,options,visible", VISIBILITY)
+def test_gemini_provider_is_asked_for_thoughts_the_client_can_see(gemini_proxy, mock, ask, options, visible, stream):
+    mock.enqueue(gemini_turn(Reasoning(THOUGHT), Text("Sunny."),
+                             usage=Usage(input_tokens=5, output_tokens=20, reasoning_tokens=12)))
+    text, reasoning = ask(gemini_proxy, stream, **options)
+    thinking = sent(mock, stream)["generationConfig"].get("thinkingConfig") or {}
+    assert text == "Sunny."
+    if visible:
+        assert thinking.get("includeThoughts") is True, thinking
+        assert reasoning == THOUGHT
+    else:
+        assert "includeThoughts" not in thinking, thinking
+        assert not reasoning  # Gemini sends no thoughts it was not asked for
+
+
+def test_mock_gemini_returns_thoughts_only_when_asked(harness, mock):
+    """The mock enforces what the real API does: thought parts only with includeThoughts;
+    the thoughts are still counted, and a thought's signature moves to the next part."""
+    client = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=harness.mock_url))
+    for include in (True, False, None):
+        for stream in (False, True):
+            mock.enqueue(gemini_turn(Reasoning(THOUGHT, signature="c2ln"), Text("Sunny."),
+                                     usage=Usage(input_tokens=5, output_tokens=20, reasoning_tokens=12)))
+            config = types.GenerateContentConfig(
+                thinking_config=types.ThinkingConfig(include_thoughts=include) if include is not None else None)
+            if stream:
+                chunks = list(client.models.generate_content_stream(model="gemini-3-pro-preview", contents="hi",
+                                                                    config=config))
+            else:
+                chunks = [client.models.generate_content(model="gemini-3-pro-preview", contents="hi", config=config)]
+            parts = [p for c in chunks if c.candidates and c.candidates[0].content
+                     for p in c.candidates[0].content.parts or ()]
+            thoughts = [p for p in parts if p.thought]
+            assert bool(thoughts) is bool(include), (include, stream, parts)
+            assert chunks[-1].usage_metadata.thoughts_token_count == 12
+            if not include:
+                signed = [p for p in parts if p.thought_signature]
+                assert len(signed) == 1 and signed[0].text == "Sunny."[: len(signed[0].text)]
+
+
+# --- 2. stop_details toward Anthropic clients -------------------------------------------------
+
+CATEGORIES = {"cyber", "bio", "frontier_llm", "reasoning_extraction", "general_harms"}
+
+
+def test_refusal_category_enum_is_the_sdks():
+    literal = next(a for a in typing.get_args(RefusalStopDetails.model_fields["category"].annotation) if a is not type(None))
+    assert set(typing.get_args(literal)) == CATEGORIES
+
+
+def anthropic_stop(proxy, model, stream):
+    """(stop_reason, the stop_details JSON as the proxy sent it) for one Anthropic request."""
+    client = proxy.anthropic()
+    if not stream:
+        raw = client.messages.with_raw_response.create(model=model, max_tokens=100, messages=HI)
+        body = json.loads(raw.http_response.text)
+        return body["stop_reason"], body["stop_details"]
+    deltas = []
+    with client.messages.stream(model=model, max_tokens=100, messages=HI) as s:
+        for event in s:
+            if event.type == "message_delta":
+                deltas.append(event.delta.model_dump())
+        s.get_final_message()
+    assert len(deltas) == 1
+    return deltas[0]["stop_reason"], deltas[0]["stop_details"]
+
+
+def blocked(reason: str, message: str | None = None) -> dict:
+    feedback = {"blockReason": reason, **({"blockReasonMessage": message} if message else {})}
+    body = {"promptFeedback": feedback, "usageMetadata": {"promptTokenCount": 4, "totalTokenCount": 4},
+            "modelVersion": "gemini-3-pro-preview", "responseId": "r1"}
+    check_response(body)
+    return body
+
+
+def blocked_reply(body: dict, stream: bool):
+    return Stream(events=[(None, body)]) if stream else Json(body)
+
+
+# (the Gemini reply, the category an Anthropic client gets, the explanation)
+GEMINI_REFUSALS = [
+    pytest.param(lambda s: gemini_turn(Refusal("", explanation="Unsafe content.")), "general_harms", "Unsafe content.",
+                 id="SAFETY"),
+    pytest.param(lambda s: gemini_turn(Refusal(""), stop="PROHIBITED_CONTENT"), "general_harms", None,
+                 id="PROHIBITED_CONTENT"),
+    pytest.param(lambda s: gemini_turn(Text("It was the best"), Refusal(""), stop="RECITATION"), None, None,
+                 id="RECITATION"),
+    pytest.param(lambda s: gemini_turn(Refusal(""), stop="SPII"), None, None, id="SPII"),
+    pytest.param(lambda s: gemini_turn(Refusal(""), stop="BLOCKLIST"), None, None, id="BLOCKLIST"),
+    pytest.param(lambda s: gemini_turn(Refusal(""), stop="LANGUAGE"), None, None, id="LANGUAGE"),
+    pytest.param(lambda s: blocked_reply(blocked("SAFETY", "The prompt was blocked."), s), "general_harms",
+                 "The prompt was blocked.", id="blockReason-SAFETY"),
+    pytest.param(lambda s: blocked_reply(blocked("PROHIBITED_CONTENT"), s), "general_harms", None,
+                 id="blockReason-PROHIBITED_CONTENT"),
+    pytest.param(lambda s: blocked_reply(blocked("JAILBREAK"), s), None, None, id="blockReason-JAILBREAK"),
+    pytest.param(lambda s: blocked_reply(blocked("OTHER"), s), None, None, id="blockReason-OTHER"),
+    pytest.param(lambda s: blocked_reply(blocked("MODEL_ARMOR"), s), None, None, id="blockReason-MODEL_ARMOR"),
+]
+
+
+@STREAMS
+@pytest.mark.parametrize("reply,category,explanation", GEMINI_REFUSALS)
+def test_gemini_refusal_reaches_anthropic_client_with_a_valid_category(gemini_proxy, mock, reply, category,
+                                                                      explanation, stream):
+    mock.enqueue(reply(stream))
+    stop, details = anthropic_stop(gemini_proxy, MODEL, stream)
+    assert sent(mock, stream)["contents"][0]["parts"] == [{"text": "weather in Paris?"}]
+    assert stop == "refusal"
+    assert details == {"type": "refusal", "category": category, "explanation": explanation}
+    RefusalStopDetails.model_validate(details)
+
+
+@STREAMS
+@pytest.mark.parametrize("provider,stop", [("chat", "content_filter"), ("responses", None)])
+def test_openai_refusal_reaches_anthropic_client_without_a_category(proxy, mock, provider, stop, stream):
+    mock.enqueue(Turn([Refusal("I can't help with that.")], stop=stop))
+    reason, details = anthropic_stop(proxy, f"{provider}/up-model", stream)
+    assert mock.requests[-1].body["model"] == "up-model"
+    assert reason == "refusal"
+    RefusalStopDetails.model_validate(details)
+    assert details["category"] is None
+
