@@ -605,6 +605,17 @@ class TestResponseEncode:
                     "top_logprobs", "safety_identifier", "prompt_cache_key"):
             assert out[key] == body[key], key
 
+    def test_both_encoders_echo_the_same_settings(self):
+        """response.encode and stream.encode each hold the echo list (a $ref stays in its file)."""
+        from engine import yamlsrc
+        from engine.ruleset import BUILTIN_RULES
+
+        def templates(name):
+            path = BUILTIN_RULES / R / name
+            return yamlsrc.load(path.read_text(), str(path))[0]["templates"]
+        whole, streamed = templates("response.encode.yaml"), templates("stream.encode.yaml")
+        assert whole["echo"] == streamed["echo"] and whole["echoed_tool"] == streamed["echoed_tool"]
+
     def test_completed_at_only_when_completed(self, eng):
         out = self.renc(eng, ir_response([{"type": "text", "text": "a"}], stop="max_tokens"))
         assert out["status"] == "incomplete" and out["completed_at"] is None
