@@ -4,17 +4,26 @@ official SDKs against the real server: what the provider received and what the c
 - a Chat provider that repeats a tool call's name in later chunks (recorded traffic)
 - Responses `include` values with no counterpart toward other providers: traced
 - where an Anthropic refusal's wording goes for Chat and Responses clients (decisions.md #5)
+- what is dropped rather than refused gets a trace line (and hosted tools a header)
+- seed and penalties toward Gemini; n > 1 toward Chat from a Gemini client
+- a document title's extension is recognised in any case
 """
 from __future__ import annotations
 
+import base64
 import logging
 from pathlib import Path
 
 import anthropic
+import httpx2 as httpx
 import openai
 import pytest
+from google import genai
+from google.genai import errors as genai_errors
+from google.genai import types as genai_types
 
 from gemini_helpers import gemini_config
+from harness import CLIENT_KEY
 from proxai.mock import Reasoning, Refusal, Stream, Text, Turn
 from test_observability import LogCapture
 
@@ -203,3 +212,79 @@ def test_anthropic_refusal_text_stays_output_text_for_a_responses_client(openai_
         assert (out.status, out.incomplete_details.reason) == ("incomplete", "content_filter")
         assert [(c.type, getattr(c, "text", None) or getattr(c, "refusal", None))
                 for i in out.output if i.type == "message" for c in i.content] == parts
+
+
+# --- dropped, never silently -----------------------------------------------------------------
+
+
+def test_gemini_client_drops_are_traced_and_hosted_tools_named_in_a_header(proxy, mock):
+    mock.enqueue(Turn([Text("ok")]))
+    body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}],
+            "generationConfig": {"topK": 64, "temperature": 0.5},
+            "safetySettings": [{"category": "HARM_CATEGORY_HARASSMENT", "threshold": "BLOCK_NONE"}],
+            "tools": [{"googleSearch": {}}]}
+    with LogCapture(level=logging.DEBUG) as cap:
+        r = httpx.post(proxy.url + "/v1beta/models/chat/m:generateContent", json=body,
+                       headers={"x-goog-api-key": CLIENT_KEY, "x-request-id": "gem-drops"})
+        lines = cap.lines_with("request_id=gem-drops", count=4)
+    assert r.status_code == 200, r.text
+    assert r.json()["candidates"][0]["content"]["parts"][0]["text"] == "ok"
+    upstream = sent(mock)
+    assert upstream["temperature"] == 0.5
+    assert not {"top_k", "tools", "safetySettings", "safety_settings"} & set(upstream)
+    notes = "\n".join(lines)
+    assert "generationConfig.topK dropped" in notes
+    assert "dropped advisory field safetySettings" in notes
+    assert "hosted tool" in notes and "left out" in notes
+    assert r.headers["x-proxai-dropped-tools"]
+    # advisory fields and topK have their trace line only, no header
+    assert [h for h in r.headers if h.lower().startswith("x-proxai-dropped")] == ["x-proxai-dropped-tools"]
+
+
+# --- seed, penalties and n toward Gemini and Chat --------------------------------------------
+
+
+def test_seed_and_penalties_reach_a_gemini_provider(gemini_proxy, mock):
+    client = gemini_proxy.openai()
+    mock.enqueue(Turn([Text("ok")]))
+    out = client.chat.completions.create(model="gemini/m", messages=HI, seed=7, presence_penalty=0.5, frequency_penalty=0.25)
+    assert out.choices[0].message.content == "ok"
+    config = sent(mock)["generationConfig"]
+    assert (config["seed"], config["presencePenalty"], config["frequencyPenalty"]) == (7, 0.5, 0.25)
+    for provider in ("anthropic", "responses"):
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model=f"{provider}/m", messages=HI, seed=7)
+        assert err.value.body["param"] == "seed"
+    client.close()
+
+
+def test_candidate_count_toward_chat_is_a_400_naming_it(proxy, mock):
+    before = len(mock.requests)
+    client = genai.Client(api_key=CLIENT_KEY, http_options=genai_types.HttpOptions(base_url=proxy.url))
+    with pytest.raises(genai_errors.ClientError) as err:
+        client.models.generate_content(model="chat/m", contents="hi",
+                                       config=genai_types.GenerateContentConfig(candidate_count=2))
+    assert err.value.code == 400 and "candidateCount" in str(err.value)
+    assert len(mock.requests) == before
+
+
+# --- a document title's extension, in any case -----------------------------------------------
+
+PDF = base64.b64encode(b"%PDF-1.4 tiny").decode()
+
+
+def document_request(client, model: str, title: str) -> None:
+    client.messages.create(model=model, max_tokens=64, messages=[{"role": "user", "content": [
+        {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}, "title": title},
+        {"type": "text", "text": "summarise"}]}])
+
+
+@pytest.mark.parametrize("title,filename", [("Q3 REPORT.PDF", "Q3 REPORT.PDF"), ("notes.Pdf", "notes.Pdf"),
+                                            ("contract", "contract.pdf"), ("scan.pdf.txt", "scan.pdf.txt.pdf")])
+def test_a_document_title_keeps_its_extension_in_any_case(anthropic_client, mock, title, filename):
+    mock.enqueue(Turn([Text("a summary")]))
+    document_request(anthropic_client, "chat/gpt", title)
+    assert sent(mock)["messages"][0]["content"][0]["file"]["filename"] == filename
+    mock.enqueue(Turn([Text("a summary")]))
+    document_request(anthropic_client, "responses/gpt", title)
+    assert sent(mock)["input"][0]["content"][0]["filename"] == filename
