@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import default_config
+from gemini_helpers import GEMINI_KEY, gemini_config
 
 pytestmark = pytest.mark.fuzz
 
@@ -59,11 +59,7 @@ ALLOWED = re.compile(
 
 
 def config(mock_url: str) -> dict:
-    cfg = default_config(mock_url)
-    cfg["providers"]["gemini"] = {"protocol": "gemini_generate_content", "base_url": mock_url,
-                                  "api_key": "gemini-provider-key", "read_idle_timeout_secs": 10}
-    cfg["routing"]["routes"].append({"name": "gemini", "model_pattern": "^gemini/(.+)$", "provider": "gemini",
-                                     "upstream_model": "$1"})
+    cfg = gemini_config(mock_url)
     cfg["routing"]["default_providers"]["gemini_generate_content"] = "gemini"
     return cfg
 
@@ -117,7 +113,7 @@ def test_the_provider_only_gets_paths_the_routing_chose(served, mock, kind, pref
         assert ALLOWED.fullmatch(got.raw_path), got.raw_path
         if got.raw_path.startswith("/v1beta/"):
             assert got.query in ("", "alt=sse"), got.raw_path
-            assert got.headers["x-goog-api-key"] == "gemini-provider-key"
+            assert got.headers["x-goog-api-key"] == GEMINI_KEY
         assert "sk-client" not in json.dumps(got.headers)  # the client's key never goes upstream
 
 

@@ -14,11 +14,11 @@ import socket
 import pytest
 from aiohttp import web
 
+from gemini_helpers import GEMINI_KEY, gemini_config
 from harness import PROVIDER_KEYS, _serve, default_config
 from server_process import ServerProcess
 
 RESPONSES_KEY = PROVIDER_KEYS["responses"]
-GEMINI_KEY = "gemini-provider-SECRET"
 
 
 class Upstream:
@@ -81,10 +81,10 @@ def responses_config(harness, url: str, **server) -> dict:
     return cfg
 
 
-def gemini_config(harness, url: str) -> dict:
-    cfg = default_config(harness.mock_url)
-    cfg["providers"]["gemini"] = {"protocol": "gemini_generate_content", "base_url": url, "api_key": GEMINI_KEY,
-                                  "read_idle_timeout_secs": 10}
+def gemini_to(url: str, mock_url: str) -> dict:
+    """Gemini clients' default provider: a Gemini provider at `url`."""
+    cfg = gemini_config(mock_url)
+    cfg["providers"]["gemini"]["base_url"] = url
     cfg["routing"]["default_providers"]["gemini_generate_content"] = "gemini"
     return cfg
 
@@ -191,7 +191,7 @@ MODELS = [
 @pytest.mark.parametrize("method", ["generateContent", "streamGenerateContent", "countTokens"])
 def test_a_gemini_model_never_leaves_its_path_segment(harness, upstream, server, method):
     up = upstream()
-    srv = server(gemini_config(harness, up.url))
+    srv = server(gemini_to(up.url, harness.mock_url))
     body = json.dumps({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}).encode()
     refused = 0
     for model in MODELS:
