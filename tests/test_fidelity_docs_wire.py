@@ -7,11 +7,13 @@ official SDKs against the real server: what the provider received and what the c
 - what is dropped rather than refused gets a trace line (and hosted tools a header)
 - seed and penalties toward Gemini; n > 1 toward Chat from a Gemini client
 - a document title's extension is recognised in any case
+- no page still counts three protocols, six stream conversions or nine pairs
 """
 from __future__ import annotations
 
 import base64
 import logging
+import re
 from pathlib import Path
 
 import anthropic
@@ -288,3 +290,18 @@ def test_a_document_title_keeps_its_extension_in_any_case(anthropic_client, mock
     mock.enqueue(Turn([Text("a summary")]))
     document_request(anthropic_client, "responses/gpt", title)
     assert sent(mock)["input"][0]["content"][0]["filename"] == filename
+
+
+# --- protocol counts in the documentation ---------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+STALE_COUNTS = re.compile(r"three (wire )?protocols|six stream|\b(9|nine) \(client|\b3 pass-through|all 6 conversions"
+                          r"|three `request\.encode`", re.I)
+
+
+def test_no_page_counts_three_protocols():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "rules").rglob("*.md")),
+             *sorted((ROOT / "rules").rglob("*.yaml"))]
+    stale = [f"{page.relative_to(ROOT)}:{n}: {line.strip()}" for page in pages
+             for n, line in enumerate(page.read_text().splitlines(), 1) if STALE_COUNTS.search(line)]
+    assert stale == []
