@@ -685,8 +685,7 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
                                          models=("demo", "responses/demo")),
         "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key",
                                          models=("demo", "anthropic/demo")),
-        # Routed by the gemini/ prefix; not listed by the OpenAI and Anthropic model lists.
-        "demo-gemini": ProviderConfig("demo-gemini", GEMINI, mock_url, "demo-key"),
+        "demo-gemini": ProviderConfig("demo-gemini", GEMINI, mock_url, "demo-key", models=("gemini/demo",)),
     }
     routes = tuple(
         RouteConfig(name=f"demo-{prefix}", model_pattern=f"^{prefix}/(.+)$", provider=name, match_kind="regex", upstream_model="$1")

@@ -8,6 +8,8 @@ official SDKs against the real server: what the provider received and what the c
 - seed and penalties toward Gemini; n > 1 toward Chat from a Gemini client
 - a document title's extension is recognised in any case
 - no page still counts three protocols, six stream conversions or nine pairs
+- demo mode lists every model name it routes, gemini/demo included
+- the README's Gemini snippet points at the server's default port
 """
 from __future__ import annotations
 
@@ -305,3 +307,28 @@ def test_no_page_counts_three_protocols():
     stale = [f"{page.relative_to(ROOT)}:{n}: {line.strip()}" for page in pages
              for n, line in enumerate(page.read_text().splitlines(), 1) if STALE_COUNTS.search(line)]
     assert stale == []
+
+
+# --- demo mode's model list; the README's Gemini snippet ---------------------------------------
+
+
+def test_demo_mode_lists_gemini_demo_for_every_client(harness):
+    p = harness.start_demo()
+    try:
+        oa = p.openai()
+        assert "gemini/demo" in [m.id for m in oa.models.list()]
+        assert oa.chat.completions.create(model="gemini/demo", messages=HI).choices[0].message.content
+        assert "gemini/demo" in [m.id for m in p.anthropic().models.list()]
+        r = httpx.get(p.url + "/v1beta/models", headers={"x-goog-api-key": "anything"})
+        assert "models/gemini/demo" in [m["name"] for m in r.json()["models"]]
+    finally:
+        p.stop()
+
+
+def test_readme_gemini_snippet_uses_the_default_port():
+    from proxai.config import DEFAULT_PORT
+
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Gemini clients", 1)[1].split("\n## ", 1)[0]
+    ports = re.findall(r"base_url=\"http://127\.0\.0\.1:(\d+)\"", section)
+    assert ports and set(ports) == {str(DEFAULT_PORT)}
