@@ -2,7 +2,7 @@
 
 Off unless `tracing.enabled` is true and the `otel` extra is installed; otherwise
 every hook here is a no-op that costs one attribute lookup. Spans carry the
-GenAI semantic-convention attributes (gen_ai.system, gen_ai.operation.name,
+GenAI semantic-convention attributes (gen_ai.system / gen_ai.provider.name, gen_ai.operation.name,
 request and response model, token usage, finish reasons) and never a prompt,
 a completion or a key. A client's W3C `traceparent` (and `tracestate`) is the
 parent of the request span, and the upstream call sends its own `traceparent`.
@@ -21,10 +21,11 @@ from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 
 log = logging.getLogger("proxai")
 
-# gen_ai.system and gen_ai.operation.name per provider protocol.
-# gen_ai.system values of the OpenTelemetry GenAI conventions.
+# The system (gen_ai.system and its successor gen_ai.provider.name, one value) and
+# gen_ai.operation.name per protocol, values of the OpenTelemetry GenAI conventions:
+# Gemini is gcp.gemini (plain "gemini" is deprecated) and its operation generate_content.
 SYSTEMS = {CHAT: ("openai", "chat"), RESPONSES: ("openai", "chat"), ANTHROPIC: ("anthropic", "chat"),
-           GEMINI: ("gcp.gemini", "chat")}
+           GEMINI: ("gcp.gemini", "generate_content")}
 
 
 _NULL = contextlib.nullcontext()  # reusable: the no-op costs no allocation per request
@@ -168,6 +169,7 @@ class OtelTracing(Tracing):
         system, operation = SYSTEMS.get(protocol or "", (None, None))
         if system:
             span.set_attribute("gen_ai.system", system)
+            span.set_attribute("gen_ai.provider.name", system)
             span.set_attribute("gen_ai.operation.name", operation)
         if model:
             span.set_attribute("gen_ai.request.model", model)
@@ -194,7 +196,8 @@ class OtelTracing(Tracing):
         ctx = self._trace.set_span_in_context(parent) if parent is not None else None
         system, operation = SYSTEMS.get(protocol, ("_OTHER", "chat"))
         span = self.tracer.start_span(f"{operation} {model}", context=ctx, kind=self._trace.SpanKind.CLIENT,
-                                      attributes={"gen_ai.system": system, "gen_ai.operation.name": operation,
+                                      attributes={"gen_ai.system": system, "gen_ai.provider.name": system,
+                                                  "gen_ai.operation.name": operation,
                                                   "gen_ai.request.model": model, "proxai.provider": provider_name})
         info["_upstream_span"] = span
         headers: dict[str, str] = {}

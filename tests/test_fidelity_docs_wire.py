@@ -10,6 +10,7 @@ official SDKs against the real server: what the provider received and what the c
 - no page still counts three protocols, six stream conversions or nine pairs
 - demo mode lists every model name it routes, gemini/demo included
 - the README's Gemini snippet points at the server's default port
+- spans name the system and operation by the OpenTelemetry GenAI conventions' values
 """
 from __future__ import annotations
 
@@ -332,3 +333,63 @@ def test_readme_gemini_snippet_uses_the_default_port():
     section = text.split("## Gemini clients", 1)[1].split("\n## ", 1)[0]
     ports = re.findall(r"base_url=\"http://127\.0\.0\.1:(\d+)\"", section)
     assert ports and set(ports) == {str(DEFAULT_PORT)}
+
+
+# --- tracing: the GenAI conventions' system and operation values ------------------------------
+
+
+@pytest.fixture
+def traced_gemini(harness, start_proxy):
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from proxai import tracing
+
+    doc = gemini_config(harness.mock_url)
+    doc["tracing"] = {"enabled": True, "exporter": "none"}
+    p = start_proxy(doc)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    p.proxy.tracing = tracing.setup(p.proxy.config.tracing, provider=provider)
+    return p, exporter
+
+
+def spans_when(exporter, count: int) -> dict:
+    import time
+
+    deadline = time.monotonic() + 5
+    while len(exporter.get_finished_spans()) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return {s.name: s for s in exporter.get_finished_spans()}
+
+
+def test_gemini_spans_use_the_conventions_values(traced_gemini, mock):
+    from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import GenAiOperationNameValues, GenAiSystemValues
+
+    proxy, exporter = traced_gemini
+    mock.enqueue(Turn([Text("ok")]))
+    client = proxy.openai()
+    client.chat.completions.create(model="gemini/gem-x", messages=HI)
+    client.close()
+    spans = spans_when(exporter, 4)
+    upstream = spans["generate_content gem-x"]
+    assert upstream.attributes["gen_ai.system"] == GenAiSystemValues.GCP_GEMINI.value == "gcp.gemini"
+    assert upstream.attributes["gen_ai.provider.name"] == "gcp.gemini"
+    assert upstream.attributes["gen_ai.operation.name"] == GenAiOperationNameValues.GENERATE_CONTENT.value
+    root = spans["POST /v1/chat/completions"]
+    assert (root.attributes["gen_ai.system"], root.attributes["gen_ai.provider.name"]) == ("openai", "openai")
+    assert root.attributes["gen_ai.operation.name"] == "chat"
+
+    exporter.clear()
+    mock.enqueue(Turn([Text("ok")]))
+    r = httpx.post(proxy.url + "/v1beta/models/anthropic/claude-x:generateContent", headers={"x-goog-api-key": CLIENT_KEY},
+                   json={"contents": [{"role": "user", "parts": [{"text": "hi"}]}]})
+    assert r.status_code == 200
+    spans = spans_when(exporter, 4)
+    upstream = spans["chat claude-x"]
+    assert (upstream.attributes["gen_ai.system"], upstream.attributes["gen_ai.provider.name"]) == ("anthropic", "anthropic")
+    root = next(s for name, s in spans.items() if name.startswith("POST "))
+    assert (root.attributes["gen_ai.system"], root.attributes["gen_ai.operation.name"]) == ("gcp.gemini", "generate_content")
