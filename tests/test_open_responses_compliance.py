@@ -383,6 +383,55 @@ def test_compliance_case(client, mock, case, route):
         assert calls == [(reply.id, reply.name, reply.arguments)]
 
 
+# --- beyond the suite: the other terminal snapshots of a translated answer ----------------
+
+TRANSLATED = [route for route, protocol in PROVIDERS.items() if protocol != "openai_responses"]
+MAX_TOKENS = {"openai_chat_completions": "length", "anthropic_messages": "max_tokens",
+              "gemini_generate_content": "MAX_TOKENS"}
+
+
+def send(client: Client, route: str, text: str, stream: bool):
+    """A plain request (the SDK's create, events parsed one by one when streaming): the
+    Response resource or the events as sent, and the SDK's parsed answer or events."""
+    request = {"model": f"{route}/{UPSTREAM_MODEL}", "input": [user(text)]}
+    if not stream:
+        parsed = client.sdk.responses.create(**request)
+        return json.loads(bytes(client.tap.bodies[-1])), parsed
+    parsed = list(client.sdk.responses.create(stream=True, **request))
+    return sse_data(bytes(client.tap.bodies[-1])), parsed
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("route", TRANSLATED)
+def test_an_incomplete_answer_is_a_valid_resource(client, mock, route, stream):
+    mock.enqueue(Turn([Text("1, 2, 3")], stop=MAX_TOKENS, usage=Usage(input_tokens=8, output_tokens=16)))
+    sent, parsed = send(client, route, "Count to 100.", stream)
+    if stream:
+        errors = event_errors(sent)
+        assert not errors, "\n".join(errors)
+        assert sent[-1]["type"] == parsed[-1].type == "response.incomplete"
+        response, parsed = sent[-1]["response"], parsed[-1].response
+    else:
+        response = sent
+    errors = schema_errors(RESOURCE, response, "response")
+    assert not errors, "\n".join(errors)
+    assert response["status"] == "incomplete" and response["completed_at"] is None
+    assert parsed.incomplete_details.reason == "max_output_tokens"
+
+
+@pytest.mark.parametrize("route", TRANSLATED)
+def test_a_failed_stream_snapshot_is_a_valid_resource(client, mock, route):
+    mock.enqueue(Turn([Text("partial answer", chunks=["partial", " answer"])], error_after=1))
+    events, parsed = send(client, route, "Say something.", stream=True)
+    assert [e["type"] for e in events][-2:] == [e.type for e in parsed][-2:] == ["error", "response.failed"]
+    # The `error` event keeps the shape the OpenAI SDK types (code, message, param at the top),
+    # which the Open Responses document nests under `error`: only the others are checked.
+    errors = event_errors([e for e in events if e["type"] != "error"])
+    assert not errors, "\n".join(errors)
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed" and failed["error"]["code"] and failed["completed_at"] is None
+
+
 def test_every_streaming_event_schema_is_known():
     """The event table is read off the document: a renamed or missing schema shows here."""
     assert {"response.created", "response.in_progress", "response.completed", "response.output_item.added",
