@@ -8,7 +8,8 @@ As the suite does, the Response resource (the JSON body, or the terminal event's
 must validate against the Open Responses `ResponseResource` schema and every streamed event
 against its streaming event schema (tests/data/open-responses/openapi.json, `$ref`s resolved
 in the document's components), and then pass the case's semantic checks. Beyond the suite,
-each case checks what the provider received and that the SDK read the scripted answer.
+each case checks what the provider received and that the SDK read the scripted answer, and
+a translated answer's incomplete and failed snapshots are checked the same way.
 """
 from __future__ import annotations
 
