@@ -5,7 +5,7 @@ official SDKs against the real server: what the provider received and what the c
 - Responses `include` values with no counterpart toward other providers: traced
 - where an Anthropic refusal's wording goes for Chat and Responses clients (decisions.md #5)
 - what is dropped rather than refused gets a trace line (and hosted tools a header)
-- seed and penalties toward Gemini; n > 1 toward Chat from a Gemini client
+- seed and penalties toward Gemini
 - a document title's extension is recognised in any case
 - no page still counts three protocols, six stream conversions or nine pairs
 - demo mode lists every model name it routes, gemini/demo included
@@ -23,9 +23,6 @@ import anthropic
 import httpx2 as httpx
 import openai
 import pytest
-from google import genai
-from google.genai import errors as genai_errors
-from google.genai import types as genai_types
 
 from gemini_helpers import gemini_config
 from harness import CLIENT_KEY
@@ -246,7 +243,7 @@ def test_gemini_client_drops_are_traced_and_hosted_tools_named_in_a_header(proxy
     assert [h for h in r.headers if h.lower().startswith("x-proxai-dropped")] == ["x-proxai-dropped-tools"]
 
 
-# --- seed, penalties and n toward Gemini and Chat --------------------------------------------
+# --- seed and penalties toward Gemini ---------------------------------------------------------
 
 
 def test_seed_and_penalties_reach_a_gemini_provider(gemini_proxy, mock):
@@ -261,16 +258,6 @@ def test_seed_and_penalties_reach_a_gemini_provider(gemini_proxy, mock):
             client.chat.completions.create(model=f"{provider}/m", messages=HI, seed=7)
         assert err.value.body["param"] == "seed"
     client.close()
-
-
-def test_candidate_count_toward_chat_is_a_400_naming_it(proxy, mock):
-    before = len(mock.requests)
-    client = genai.Client(api_key=CLIENT_KEY, http_options=genai_types.HttpOptions(base_url=proxy.url))
-    with pytest.raises(genai_errors.ClientError) as err:
-        client.models.generate_content(model="chat/m", contents="hi",
-                                       config=genai_types.GenerateContentConfig(candidate_count=2))
-    assert err.value.code == 400 and "candidateCount" in str(err.value)
-    assert len(mock.requests) == before
 
 
 # --- a document title's extension, in any case -----------------------------------------------
