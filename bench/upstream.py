@@ -1,4 +1,5 @@
-"""The bench's mock upstream: its own process, serving all three protocols from bytes built once.
+"""The bench's mock upstream: its own process, serving the Chat, Responses and Anthropic
+protocols from bytes built once.
 
     python -m bench.upstream [--port 0] [--deltas 64] [--events-per-write 1] [--gap-ms 0] [--hold-after N]
 

@@ -2,7 +2,8 @@
 
 No tokenizer is shipped: models differ, and a count the provider would bill
 differently is an estimate however it is made. The rule is simple and
-documented instead, and works on a request of any of the three protocols:
+documented instead, and works on a request of any protocol (a Gemini request is
+read with its fields given these names):
 
 * text: every string in the system prompt / instructions, the messages or
   input items (text, tool arguments, tool results) and the tool definitions

@@ -37,7 +37,7 @@ def reasoning_content(scope, parts=None):
 
 def annotations(scope, parts=None):
     """URL citations of the text parts, offsets shifted onto the concatenated content
-    (docs/mappings.md §3: the one citation kind all three protocols share)."""
+    (docs/mappings.md §3: the one citation kind Chat, Responses and Anthropic share)."""
     out, offset = [], 0
     for part in parts or ():
         if part.get("type") != "text":

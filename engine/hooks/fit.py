@@ -28,7 +28,7 @@ from ..errors import InvalidRequest
 # no custom tools, so Chat providers get the function form too.
 FUNCTION_FOR_CUSTOM = frozenset({"anthropic_messages", "openai_chat_completions", "gemini_generate_content"})
 CUSTOM_INPUT = "input"
-# The shortest tool-name limit of the three protocols (Chat: 64 characters).
+# The shortest tool-name limit of the four protocols (Chat and Gemini: 64 characters).
 MAX_NAME = 64
 _NOT_NAME = re.compile(r"[^a-zA-Z0-9_-]")
 

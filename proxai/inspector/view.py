@@ -276,7 +276,7 @@ def _error(info: dict, phases: dict[str, capture.Captured], entry: Entry) -> dic
 
 
 def error_message(body: Any) -> str | None:
-    """The message of an error body or event in any of the three protocols."""
+    """The message of an error body or event in any of the four protocols."""
     if not isinstance(body, dict):
         return None
     err = body.get("error")
