@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import ipaddress
 import logging
 import os
 import signal
 import sys
 from typing import Sequence
 
-from proxai import __version__
+from proxai import __version__, origin
 from proxai.config import CAPTURE_PHASES, DEFAULT_HOST, DEFAULT_PORT
 from proxai.errors import ConfigError
 
@@ -248,7 +247,7 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
                 "continuation.secret is not set: continuation envelopes are not signed and derived prompt_cache_key "
                 "values are keyed with a public built-in constant; set one for a shared deployment"
             )
-        if not proxy.config.server.api_keys and not _is_loopback(host):
+        if not proxy.config.server.api_keys and not origin.loopback_listener(host):
             log.warning(
                 "listening on non-loopback address %s without server.api_keys: anyone who can reach it can use your providers",
                 host,
@@ -259,15 +258,6 @@ async def _serve(app, host: str, port: int, config_file: str | None, reuse_port:
     finally:
         fd_watch.cancel()
         await runner.cleanup()
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _url_host(host: str) -> str:

@@ -75,8 +75,10 @@ def test_no_command_prints_help(capsys):
 
 
 def test_loopback_detection():
-    assert cli._is_loopback("127.0.0.1") and cli._is_loopback("::1") and cli._is_loopback("localhost")
-    assert not cli._is_loopback("0.0.0.0") and not cli._is_loopback("10.1.2.3") and not cli._is_loopback("example.com")
+    from proxai.origin import loopback_listener
+
+    assert loopback_listener("127.0.0.1") and loopback_listener("::1") and loopback_listener("localhost")
+    assert not loopback_listener("0.0.0.0") and not loopback_listener("10.1.2.3") and not loopback_listener("example.com")
 
 
 # --- serving from a real process -----------------------------------------------------------------
