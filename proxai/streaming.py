@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import aiohttp
 from aiohttp import web
 
+from proxai.body_guard import READ_FAILURES, BodyGuard
 from proxai.errors import Overloaded, UpstreamProtocolError, UpstreamTimeout
 from proxai.sse import EventTooLarge, SSEEvent, SSEParser
 
@@ -39,6 +40,7 @@ HEARTBEAT = b": keep-alive\n\n"
 # Bytes relayed between two forced turns of the event loop (see transport.YIELD_EVERY_BYTES).
 _YIELD_EVERY_BYTES = 1 << 20
 SHUTDOWN_MESSAGE = "the proxy is shutting down; retry the request"
+MALFORMED_BODY_MESSAGE = "the provider's response body is malformed (its HTTP framing is invalid)"
 
 
 class Outcome(enum.StrEnum):
@@ -53,7 +55,8 @@ class Outcome(enum.StrEnum):
     # The provider reported a failure in its own stream (an error event).
     UPSTREAM_ERROR = "upstream_error_event"
     # An upstream event the proxy could not read: not JSON, not an object, or (translated)
-    # rejected or untranslatable by the rules; the rule file:line is logged.
+    # rejected or untranslatable by the rules (the rule file:line is logged); or a body
+    # whose HTTP framing broke (an invalid chunk-size line).
     MALFORMED = "incomplete:malformed"
     EOF = "incomplete:eof"
     IDLE_TIMEOUT = "incomplete:idle_timeout"
@@ -191,8 +194,10 @@ class StreamLoop:
         self.parser = SSEParser(max_event_bytes)
         self.heartbeat = heartbeat  # seconds of silence toward the client before a comment; 0: never
         # The upstream connection's own read timeout (aiohttp's sock_read, restarted by every
-        # byte) is idle_timeout: a read that only waits for that needs no timer of its own.
+        # byte) is idle_timeout: a read that only waits for that needs no timer of its own,
+        # as long as the guard sees that timer armed.
         self.idle_guarded = idle_guarded
+        self.guard = BodyGuard(upstream)
         self._stopping = False
         self._unyielded = 0
         self._pending: list[bytes] = []
@@ -235,11 +240,12 @@ class StreamLoop:
                 return None
             if chunk:
                 return chunk
+        bounded = self.guard.timer_bounds_wait()
         limit = self.tool_call_timeout if self._tool_stall_applies else self.idle_timeout
         beat = self.heartbeat if client is not None and 0 < self.heartbeat < limit else 0
         if not beat:
             try:
-                if self.idle_guarded and limit >= self.idle_timeout:
+                if self.idle_guarded and limit >= self.idle_timeout and bounded:
                     return await self.upstream.content.readany()
                 async with asyncio.timeout(limit):
                     return await self.upstream.content.readany()
@@ -296,9 +302,13 @@ class StreamLoop:
         while not self._seen_event:
             try:
                 chunk = await self._read()
-            except (aiohttp.ClientError, ConnectionError) as exc:
+            except (*READ_FAILURES, ConnectionError) as exc:
                 if self._stopping:
                     raise Overloaded(SHUTDOWN_MESSAGE, headers={"Retry-After": "1"}) from None
+                if self.guard.malformed(exc):
+                    raise UpstreamProtocolError(
+                        f"provider {self.provider_name!r} sent a malformed response body before its first event "
+                        "(its HTTP framing is invalid)") from None
                 raise UpstreamProtocolError(
                     f"provider {self.provider_name!r} dropped the stream before its first event ({type(exc).__name__})"
                 ) from None
@@ -324,15 +334,15 @@ class StreamLoop:
             while not self._broken:
                 try:
                     chunk = await self._read(client)
-                except (aiohttp.ClientError, ConnectionError) as exc:
+                except (*READ_FAILURES, ConnectionError) as exc:
                     if self._over:
                         break
                     if self._stopping:
                         await self._write_all(client, observer.fail(Outcome.SHUTDOWN, SHUTDOWN_MESSAGE, 503))
                         return self._finish(Outcome.SHUTDOWN)
-                    await self._write_all(client, observer.fail(
-                        Outcome.UPSTREAM_RESET, f"the provider connection failed mid-stream ({type(exc).__name__})"))
-                    return self._finish(Outcome.UPSTREAM_RESET)
+                    outcome, message = self._read_failure(exc)
+                    await self._write_all(client, observer.fail(outcome, message))
+                    return self._finish(outcome)
                 if chunk is None:
                     if self._over:
                         break
@@ -375,10 +385,16 @@ class StreamLoop:
                 pass
             return self._finish(Outcome.INTERNAL)
         finally:
+            self.guard.release()
             if self._eof and not self._stopping:
                 self.upstream.release()  # fully read: the connection goes back to the pool
             else:
                 self.upstream.close()  # never pooled: what is left of this answer would be the next one's start
+
+    def _read_failure(self, exc: BaseException) -> tuple[Outcome, str]:
+        if self.guard.malformed(exc):
+            return Outcome.MALFORMED, MALFORMED_BODY_MESSAGE
+        return Outcome.UPSTREAM_RESET, f"the provider connection failed mid-stream ({type(exc).__name__})"
 
     def _finish(self, outcome: Outcome) -> Outcome:
         self.outcome = outcome
