@@ -31,13 +31,15 @@ READ_FAILURES = (aiohttp.ClientError, HttpProcessingError)
 
 
 class BodyGuard:
-    __slots__ = ("_content", "_protocol", "_closed")
+    __slots__ = ("_content", "_protocol", "_closed", "_drained")
 
     def __init__(self, response: Any):
         self._content = response.content
         connection = getattr(response, "connection", None)
         self._protocol = getattr(connection, "protocol", None)
         self._closed = None
+        # aiohttp lets go of the connection once the whole body has arrived: no read will wait.
+        self._drained = connection is None and _is_eof(self._content)
         if self._protocol is None:
             return
         closed = self._protocol.closed
@@ -58,7 +60,7 @@ class BodyGuard:
         of your own). A parser failure the reader was not told of is handed to it first."""
         protocol = self._protocol
         if protocol is None:
-            return False
+            return self._drained
         if self._content.is_eof():
             return True  # nothing left to wait for
         if protocol.exception() is not None or not protocol.connected:
@@ -92,3 +94,8 @@ class BodyGuard:
     def _lost(self, _closed: Any) -> None:
         self._closed = None
         self.fail_unfinished()
+
+
+def _is_eof(content: Any) -> bool:
+    is_eof = getattr(content, "is_eof", None)  # a stand-in reader may not say
+    return bool(is_eof is not None and is_eof())
