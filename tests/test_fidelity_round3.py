@@ -231,3 +231,170 @@ def test_openai_refusal_reaches_anthropic_client_without_a_category(proxy, mock,
     RefusalStopDetails.model_validate(details)
     assert details["category"] is None
 
+
+
+# --- 3. reasoning state for Gemini clients that keep no thought parts ------------------------
+
+SIG = "EqQBCkYIBxgCKkD+/anthropic-signature=="
+SIG_2 = "EqQBCkYIBxgCKkD+/second-signature=="
+ANTH, RESP = "anthropic/claude-up", "responses/resp-up"
+WEATHER = types.Tool(function_declarations=[types.FunctionDeclaration(
+    name="get_weather", description="Weather for a city",
+    parameters_json_schema={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})])
+THINK = types.ThinkingConfig(include_thoughts=True, thinking_budget=4096)
+
+
+@pytest.fixture
+def gclient(proxy):
+    return genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=proxy.url))
+
+
+def ask_gemini(client, model, contents, stream):
+    """The answer's parts, all chunks' in order, and the raw parts as JSON."""
+    config = types.GenerateContentConfig(tools=[WEATHER], thinking_config=THINK)
+    if stream:
+        responses = list(client.models.generate_content_stream(model=model, contents=contents, config=config))
+    else:
+        responses = [client.models.generate_content(model=model, contents=contents, config=config)]
+    return [p for r in responses if r.candidates and r.candidates[0].content for p in r.candidates[0].content.parts or ()]
+
+
+def as_gemini_cli_keeps(parts) -> types.Content:
+    """The model turn as Gemini CLI keeps it in its history: no thought parts, consecutive
+    text parts merged into the first (which keeps its own signature)."""
+    kept: list = []
+    for p in parts:
+        if p.thought:
+            continue
+        if kept and p.text is not None and kept[-1].text and not p.function_call and not kept[-1].function_call:
+            kept[-1] = kept[-1].model_copy(update={"text": kept[-1].text + p.text})
+            continue
+        kept.append(p)
+    return types.Content(role="model", parts=kept)
+
+
+def user(text):
+    return types.Content(role="user", parts=[types.Part(text=text)])
+
+
+def result(call, output):
+    return types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(
+        id=call.id, name=call.name, response={"output": output}))])
+
+
+def assistant_blocks(mock):
+    body = mock.requests[-1].body
+    turns = [m for m in body["messages"] if m["role"] == "assistant"]
+    assert len(turns) == 1, body["messages"]
+    return turns[0]["content"]
+
+
+@STREAMS
+def test_gemini_cli_history_brings_the_anthropic_signature_back(mock, gclient, stream):
+    """Turn 1: thinking with its signature, then a tool call. The signature rides on the
+    functionCall part (thought parts carry only text); a history without thought parts
+    still gives Anthropic the thinking block, text and signature unchanged, which the mock,
+    as Anthropic, requires of a tool_result turn."""
+    mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_1", "get_weather", '{"city": "Paris"}')]))
+    parts = ask_gemini(gclient, ANTH, "weather in Paris?", stream)
+    assert mock.requests[-1].body["thinking"]["type"] in ("enabled", "adaptive")
+    thoughts = [p for p in parts if p.thought]
+    calls = [p for p in parts if p.function_call]
+    assert "".join(p.text for p in thoughts) == THOUGHT
+    assert not any(p.thought_signature for p in thoughts)
+    assert len(calls) == 1 and calls[0].thought_signature
+    assert SIG.encode() not in calls[0].thought_signature
+
+    mock.enqueue(Turn([Text("Sunny.")]))
+    history = [user("weather in Paris?"), as_gemini_cli_keeps(parts), result(calls[0].function_call, "sunny")]
+    answer = ask_gemini(gclient, ANTH, history, stream)
+    assert "".join(p.text for p in answer if p.text and not p.thought) == "Sunny."
+    assert assistant_blocks(mock) == [
+        {"type": "thinking", "thinking": THOUGHT, "signature": SIG},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]
+
+
+@STREAMS
+def test_sdk_history_with_thought_parts_gives_one_thinking_block(mock, gclient, stream):
+    """A client that keeps the thought parts too (the SDK's own history) sends the thinking
+    twice, as text and in the call's signature: the provider gets it once."""
+    mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_1", "get_weather", '{"city": "Paris"}')]))
+    parts = ask_gemini(gclient, ANTH, "weather in Paris?", stream)
+    call = next(p.function_call for p in parts if p.function_call)
+    mock.enqueue(Turn([Text("Sunny.")]))
+    ask_gemini(gclient, ANTH, [user("weather in Paris?"), types.Content(role="model", parts=parts),
+                               result(call, "sunny")], stream)
+    assert assistant_blocks(mock) == [
+        {"type": "thinking", "thinking": THOUGHT, "signature": SIG},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]
+
+
+@STREAMS
+def test_interleaved_thinking_rides_on_each_call(mock, gclient, stream):
+    mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_1", "get_weather", '{"city": "Paris"}'),
+                       Reasoning("Now Rome.", signature=SIG_2), ToolCall("toolu_2", "get_weather", '{"city": "Rome"}')]))
+    parts = ask_gemini(gclient, ANTH, "weather in Paris and Rome?", stream)
+    calls = [p for p in parts if p.function_call]
+    assert len(calls) == 2 and all(p.thought_signature for p in calls)
+    mock.enqueue(Turn([Text("Sunny and rainy.")]))
+    history = [user("weather in Paris and Rome?"), as_gemini_cli_keeps(parts),
+               types.Content(role="user", parts=result(calls[0].function_call, "sunny").parts
+                             + result(calls[1].function_call, "rainy").parts)]
+    ask_gemini(gclient, ANTH, history, stream)
+    assert assistant_blocks(mock) == [
+        {"type": "thinking", "thinking": THOUGHT, "signature": SIG},
+        {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+        {"type": "thinking", "thinking": "Now Rome.", "signature": SIG_2},
+        {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {"city": "Rome"}}]
+
+
+@STREAMS
+def test_answer_without_a_call_carries_the_state_on_its_first_text(mock, gclient, stream):
+    mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), RedactedReasoning("cmVkYWN0ZWQ="), Text("It is sunny.")]))
+    parts = ask_gemini(gclient, ANTH, "weather in Paris?", stream)
+    texts = [p for p in parts if p.text and not p.thought]
+    assert texts[0].thought_signature and not any(p.thought_signature for p in parts if p.thought)
+    assert not any(p.thought_signature for p in texts[1:])
+    mock.enqueue(Turn([Text("You're welcome.")]))
+    ask_gemini(gclient, ANTH, [user("weather in Paris?"), as_gemini_cli_keeps(parts), user("thanks")], stream)
+    assert assistant_blocks(mock) == [
+        {"type": "thinking", "thinking": THOUGHT, "signature": SIG},
+        {"type": "redacted_thinking", "data": "cmVkYWN0ZWQ="},
+        {"type": "text", "text": "It is sunny."}]
+
+
+@STREAMS
+def test_responses_encrypted_reasoning_comes_back_from_the_call(mock, gclient, stream):
+    mock.enqueue(Turn([Reasoning(THOUGHT, encrypted_content="gAAAA-encrypted", summary=True),
+                       ToolCall("call_1", "get_weather", '{"city": "Paris"}')]))
+    parts = ask_gemini(gclient, RESP, "weather in Paris?", stream)
+    call = next(p for p in parts if p.function_call)
+    assert call.thought_signature
+    mock.enqueue(Turn([Text("Sunny.")]))
+    ask_gemini(gclient, RESP, [user("weather in Paris?"), as_gemini_cli_keeps(parts), result(call.function_call, "sunny")],
+               stream)
+    items = mock.requests[-1].body["input"]
+    reasoning = [i for i in items if i.get("type") == "reasoning"]
+    assert len(reasoning) == 1 and reasoning[0]["encrypted_content"] == "gAAAA-encrypted"
+    assert [i.get("type") for i in items].index("reasoning") < [i.get("type") for i in items].index("function_call")
+
+
+def test_mock_anthropic_refuses_a_tool_result_turn_without_its_thinking(harness, mock):
+    """The mock enforces Anthropic's rule: with thinking on, the turn a tool_result answers
+    must carry the thinking sent with that call, signature and text unchanged."""
+    client = anthropic.Anthropic(base_url=harness.mock_url, api_key="k", max_retries=0)
+    call = {"type": "tool_use", "id": "toolu_9", "name": "get_weather", "input": {"city": "Paris"}}
+    mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_9", "get_weather", '{"city": "Paris"}')]))
+    thinking = {"type": "enabled", "budget_tokens": 2048}
+    tools = [{"name": "get_weather", "input_schema": {"type": "object"}}]
+    first = client.messages.create(model="m", max_tokens=4096, thinking=thinking, tools=tools, messages=HI)
+    assert [b.type for b in first.content] == ["thinking", "tool_use"]
+    answer = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_9", "content": "sunny"}]}
+    for content in ([call], [{"type": "thinking", "thinking": "edited", "signature": SIG}, call]):
+        with pytest.raises(anthropic.BadRequestError):
+            client.messages.create(model="m", max_tokens=4096, thinking=thinking, tools=tools,
+                                   messages=HI + [{"role": "assistant", "content": content}, answer])
+    mock.enqueue(Turn([Text("Sunny.")]))
+    ok = client.messages.create(model="m", max_tokens=4096, thinking=thinking, tools=tools, messages=HI + [
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": THOUGHT, "signature": SIG}, call]}, answer])
+    assert ok.content[0].text == "Sunny."

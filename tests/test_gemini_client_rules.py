@@ -117,8 +117,9 @@ def test_response_encoding(eng):
     out = eng.encode_response(c, ir)
     cand = out["candidates"][0]
     parts = cand["content"]["parts"]
-    assert parts[0]["thought"] is True and parts[0]["text"] == "hm"
-    assert base64.b64decode(parts[0]["thoughtSignature"]).startswith(b"pxc1.")
+    # The reasoning state rides on the first part after the reasoning (here the text).
+    assert parts[0] == {"text": "hm", "thought": True}
+    assert base64.b64decode(parts[1].pop("thoughtSignature")).startswith(b"pxc1.")
     assert parts[1] == {"text": "ok"} and parts[2] == {"functionCall": {"id": "toolu_1", "name": "f", "args": {"a": 1}}}
     assert cand["finishReason"] == "STOP"
     assert out["usageMetadata"] == {"promptTokenCount": 10, "cachedContentTokenCount": 4, "candidatesTokenCount": 4,

@@ -310,10 +310,17 @@ def test_gemini_cli_tool_loop(start_proxy, harness, agent_upstream, tmp_path, pr
     result = run([gemini, "-p", PROMPT, "--yolo"], gemini_env(tmp_path / "home", proxy.url), work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
-    # Gemini CLI keeps no thought parts in its history (it marks its own calls with Gemini's
-    # skip_thought_signature_validator instead), so the provider's reasoning state, carried
-    # to it on a thought part, does not come back; the loop works without it.
-    check_upstream(agent_upstream, provider_protocol)
+    # Gemini CLI keeps no thought parts in its history, but keeps the signature on the first
+    # functionCall part: the provider's reasoning state (an Anthropic thinking signature,
+    # Responses encrypted reasoning), carried there, reaches the provider again on the turn
+    # with the tool result; the mock Anthropic refuses that turn without its thinking block.
+    check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
+    if provider_protocol == "anthropic_messages":
+        turn = next(r for r in agent_upstream.requests if CALL_IDS[provider_protocol] in tool_results(r))
+        assert turn.body["thinking"]["type"] in ("enabled", "adaptive")
+        assistant = [m for m in turn.body["messages"] if m["role"] == "assistant"][-1]["content"]
+        assert assistant[0] == {"type": "thinking", "thinking": "I should run the command the user gave.",
+                                "signature": "sig-mock-1"}, assistant
 
 
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))

@@ -15,7 +15,9 @@ and tool calls. Block kinds:
 
 Text is not stored: the client replays it, and the digest proves it unchanged
 (a signature covers the exact thinking text; a block whose text changed is
-dropped rather than sent to fail verification).
+dropped rather than sent to fail verification). The exception is ``carry``: for a
+client that replays no reasoning text (Gemini CLI), each block also keeps its
+text as ``"t"``.
 """
 from __future__ import annotations
 
@@ -99,17 +101,56 @@ def _opaque(payload: dict, block: dict) -> dict:
     return {**base, "encrypted_content": block.get("e"), "id": block.get("i"), "summary_lengths": block.get("sm")}
 
 
+def carry(ctx, parts) -> str | None:
+    """Several reasoning parts' state in one envelope that also keeps their text ("t"), for a
+    client that replays only the part the state rides on, not the reasoning text (Gemini CLI).
+    None when continuation is off or nothing in `parts` has opaque state."""
+    if not ctx.continuation_enabled:
+        return None
+    blocks = []
+    for part in parts or ():
+        block = _block(part) if isinstance(part, dict) else None
+        if block is not None:
+            if part.get("text") is not None:
+                block["t"] = part["text"]
+            blocks.append(block)
+    return pack(ctx, blocks) if blocks else None
+
+
+def carried(ctx, value) -> list[dict] | None:
+    """A `carry` envelope -> its IR reasoning parts in order, text restored. None when the
+    value is not ours; a block whose text no longer matches its digest is dropped (traced)."""
+    payload = unpack(ctx, value)
+    if payload is None:
+        if isinstance(value, str) and not value.startswith(PREFIX):
+            ctx.trace("foreign reasoning state skipped")
+        return None
+    out = []
+    for block in payload["b"]:
+        if not isinstance(block, dict) or block.get("k") not in ("thinking", "redacted", "reasoning"):
+            continue
+        text = block.get("t")
+        if "h" in block and (text is not None and not isinstance(text, str) or block["h"] != digest(text)):
+            ctx.trace("reasoning text changed since it was signed; block dropped")
+            continue
+        out.append({"type": "reasoning", "text": text, "opaque": _opaque(payload, block)})
+    return out
+
+
 # --- hooks -----------------------------------------------------------------------
 
 
-def wrap(scope, part=None):
+def envelope(ctx, part) -> str | None:
     """One reasoning part's envelope (Responses encrypted_content, Anthropic signature/data).
     None when continuation is off or there is no opaque state to carry."""
-    ctx = scope.ctx
     if not ctx.continuation_enabled or not isinstance(part, dict):
         return None
     block = _block(part)
     return pack(ctx, [block]) if block else None
+
+
+def wrap(scope, part=None):
+    return envelope(scope.ctx, part)
 
 
 def unwrap(scope, value=None, text=None):

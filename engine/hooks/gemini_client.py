@@ -8,7 +8,9 @@
   keeps one per stream chunk) are one turn; in it, consecutive thought parts are one
   reasoning block (its signature the one that ends them) and consecutive text parts one text. Function calls without an id get a
   stable minted one, and function responses without one are linked to their call.
-* ``signature``: a reasoning part's opaque state as a ``thoughtSignature``.
+* ``signature``: a reasoning part's opaque state as a ``thoughtSignature``; ``step_signature``
+  puts a step's reasoning state, with its text, on the first part after the reasoning
+  (Gemini CLI keeps no thought parts in its history, only the parts Gemini signs).
 * ``json_schema``: Gemini's OpenAPI ``Schema`` as the JSON Schema other providers take.
 * ``stream.*``: per-stream block state for the stream encoder (whole function calls,
   a reasoning block's signature at its end).
@@ -106,8 +108,9 @@ def normalize(scope):
     return body
 
 
-def _plain_text(part: dict) -> bool:
-    return isinstance(part.get("text"), str) and part.get("thought") is not True and "_envelope" not in part \
+def _plain_text(part: dict, carrier: bool = False) -> bool:
+    return isinstance(part.get("text"), str) and part.get("thought") is not True \
+        and (carrier and "_carried" in part or "_envelope" not in part) \
         and not any(key in part for key in ("functionCall", "functionResponse", "inlineData", "fileData"))
 
 
@@ -136,6 +139,13 @@ def _turn(scope, content: dict) -> dict:
                 scope.ctx.trace("foreign thoughtSignature skipped")
             else:
                 part["_envelope"] = envelope
+                if part.get("thought") is not True:
+                    part["_carried"] = continuation.carried(scope.ctx, envelope) or []
+                    # The thought parts just before it are the visible copy of what it carries.
+                    if any(r.get("text") is not None for r in part["_carried"]):
+                        while out and isinstance(out[-1], dict) and out[-1].get("thought") is True \
+                                and "_envelope" not in out[-1]:
+                            out.pop()
         previous = out[-1] if out and isinstance(out[-1], dict) else None
         if previous is not None and part.get("thought") is True and previous.get("thought") is True \
                 and "_envelope" not in previous and ("text" in part or "_envelope" in part):
@@ -143,8 +153,9 @@ def _turn(scope, content: dict) -> dict:
             if "_envelope" in part:
                 previous["_envelope"] = part["_envelope"]
             continue
-        # A streamed answer kept as one part per chunk is one text block, as the model wrote it.
-        if model and previous is not None and _plain_text(part) and _plain_text(previous):
+        # A streamed answer kept as one part per chunk is one text block, as the model wrote it
+        # (the reasoning state its first part carries stays in front of it).
+        if model and previous is not None and _plain_text(part) and _plain_text(previous, carrier=True):
             previous["text"] += part["text"]
             continue
         out.append(part)
@@ -190,7 +201,41 @@ def _fail(scope, message: str, param: str):
 def signature(scope, part=None):
     """A reasoning part's opaque state as a thoughtSignature: the envelope's ASCII in
     standard base64 (the field is bytes). None when there is nothing to carry."""
-    envelope = continuation.wrap(scope, part=part)
+    return _b64_envelope(continuation.wrap(scope, part=part))
+
+
+# Parts a step's reasoning state rides on toward a Gemini client.
+_CARRIERS = frozenset({"text", "refusal", "tool_call"})
+
+
+def step_signature(scope, parts=None, index=None):
+    """The thoughtSignature of part `index` of an IR turn. Gemini CLI keeps no thought parts in
+    its history, so a step's reasoning state rides where Gemini puts its own signature: on the
+    first part after the reasoning (the step's first functionCall, or its first text when no
+    call comes first), one envelope for the reasoning blocks since the previous such part,
+    their text included (the client replays no reasoning text, and a signature covers it).
+    Reasoning with no such part after it keeps its state on its own thought part."""
+    if not isinstance(parts, list) or not isinstance(index, int) or not 0 <= index < len(parts):
+        return None
+    part = parts[index]
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "reasoning":
+        if any(isinstance(p, dict) and p.get("type") in _CARRIERS for p in parts[index + 1:]):
+            return None
+        return signature(scope, part)
+    if kind not in _CARRIERS:
+        return None
+    step = []
+    for p in reversed(parts[:index]):
+        if isinstance(p, dict) and p.get("type") in _CARRIERS:
+            break
+        if isinstance(p, dict) and p.get("type") == "reasoning":
+            step.insert(0, p)
+    return _b64_envelope(continuation.carry(scope.ctx, step))
+
+
+def _b64_envelope(envelope):
+    """thoughtSignature is bytes: the envelope's ASCII in standard base64."""
     return base64.b64encode(envelope.encode()).decode() if envelope else None
 
 
@@ -266,10 +311,13 @@ class Blocks:
     (Gemini sends calls whole), and a reasoning block's text and opaque state are kept for
     the signature owed when it closes."""
 
-    __slots__ = ("open",)
+    __slots__ = ("open", "ctx", "pending")
 
     def __init__(self, ctx):
         self.open: dict = {}
+        self.ctx = ctx
+        # Closed reasoning blocks whose state waits for the next text or functionCall part.
+        self.pending: list = []
 
     def start(self, index=None, kind=None, id=None, name=None, text=None, opaque=None) -> None:
         self.open[index] = {"kind": kind, "id": id, "name": name, "text": text or "", "opaque": opaque}
@@ -289,8 +337,27 @@ class Blocks:
             block["opaque"] = opaque
 
     def stop(self, index=None):
-        """The closed block ({kind, id, name, text, opaque}), or null if it was never started."""
-        return self.open.pop(index, None)
+        """The closed block ({kind, id, name, text, opaque}), or null if it was never started.
+        A reasoning block's state is held for the next part that carries it (step_signature)."""
+        block = self.open.pop(index, None)
+        if block is not None and block["opaque"] and block["kind"] in ("reasoning", "redacted_reasoning"):
+            self.pending.append({"type": "reasoning", "opaque": block["opaque"],
+                                 "text": block["text"] if block["kind"] == "reasoning" else None})
+        return block
+
+    def carry(self):
+        """The held reasoning state as the thoughtSignature of the part about to be sent (null
+        when none is held); it is carried once."""
+        if not self.pending:
+            return None
+        step, self.pending = self.pending, []
+        return _b64_envelope(continuation.carry(self.ctx, step))
+
+    def left(self):
+        """At the end of the turn: the signatures of held reasoning no part carried, each on its
+        own (sent on empty thought parts)."""
+        step, self.pending = self.pending, []
+        return [sig for sig in (_b64_envelope(continuation.envelope(self.ctx, p)) for p in step) if sig]
 
 
 OBJECTS = {"gemini_client.blocks": Blocks}
@@ -299,6 +366,7 @@ OBJECTS = {"gemini_client.blocks": Blocks}
 HOOKS = {
     "gemini_client.normalize": normalize,
     "gemini_client.signature": signature,
+    "gemini_client.step_signature": step_signature,
     "gemini_client.function_response": function_response,
     "gemini_client.json_schema": json_schema,
     "gemini_client.one_name": one_name,

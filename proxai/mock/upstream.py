@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from . import demo, render_anthropic, render_chat, render_gemini, render_responses
+from .anthropic_thinking import ThinkingLedger
 from .replies import ANTHROPIC, CHAT, GEMINI, NATIVE, RESPONSES, Error, Hang, Json, Stream, encode_event, native_error_body
 from .turn import Turn
 
@@ -84,6 +85,8 @@ class MockUpstream:
         self.requests: list[Recorded] = []
         self._queue: deque = deque()
         self.responder = None
+        # Anthropic's thinking rule in tool loops: what was sent is what must come back.
+        self.thinking = ThinkingLedger()
         self._closing = False
         self.url: str | None = None
         self._server = None
@@ -101,6 +104,7 @@ class MockUpstream:
         self._queue.clear()
         self.responder = None
         self.requests.clear()
+        self.thinking.clear()
 
     @property
     def pending(self) -> int:
@@ -189,6 +193,9 @@ class MockUpstream:
             return _json(404, native_error_body(protocol, 404, f"no route for {path}"))
         if request.method != "POST":
             return _json(405, native_error_body(protocol, 405, f"method {request.method} not allowed"))
+        refused = self.thinking.check(record.body or {}) if protocol == ANTHROPIC else None
+        if refused:
+            return _json(400, native_error_body(protocol, 400, refused))
         if self._queue:
             reply = self._queue.popleft()
         elif self.responder is not None:
@@ -201,6 +208,8 @@ class MockUpstream:
 
     async def _answer(self, request, protocol: str, body: dict, reply) -> web.StreamResponse:
         if isinstance(reply, Turn):
+            if protocol == ANTHROPIC:
+                self.thinking.record(reply, body)
             renderer = RENDERERS[protocol]
             if body.get("stream"):
                 reply = Stream(
