@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import base64
 import json
 import typing
 
@@ -18,8 +19,11 @@ import anthropic
 import pytest
 from anthropic.types import RefusalStopDetails
 from google import genai
+from google.genai import errors as genai_errors
 from google.genai import types
 
+from engine.context import Context
+from engine.hooks import continuation
 from gemini_helpers import MODEL, check_response, gemini_config, sent
 from harness import CLIENT_KEY
 from proxai.mock import Json, Reasoning, RedactedReasoning, Refusal, Stream, Text, ToolCall, Turn, Usage
@@ -398,3 +402,50 @@ def test_mock_anthropic_refuses_a_tool_result_turn_without_its_thinking(harness,
     ok = client.messages.create(model="m", max_tokens=4096, thinking=thinking, tools=tools, messages=HI + [
         {"role": "assistant", "content": [{"type": "thinking", "thinking": THOUGHT, "signature": SIG}, call]}, answer])
     assert ok.content[0].text == "Sunny."
+
+
+@STREAMS
+def test_reasoning_with_no_part_after_it_keeps_its_state_on_its_thought_part(mock, gclient, stream):
+    mock.enqueue(Turn([Text("Done."), Reasoning(THOUGHT, signature=SIG)]))
+    parts = ask_gemini(gclient, ANTH, "weather in Paris?", stream)
+    assert not any(p.thought_signature for p in parts if not p.thought)
+    assert [p for p in parts if p.thought and p.thought_signature]
+    mock.enqueue(Turn([Text("ok")]))
+    ask_gemini(gclient, ANTH, [user("weather in Paris?"), types.Content(role="model", parts=parts), user("more")], stream)
+    assert assistant_blocks(mock) == [{"type": "text", "text": "Done."},
+                                      {"type": "thinking", "thinking": THOUGHT, "signature": SIG}]
+
+
+@STREAMS
+def test_continuation_off_sends_no_signatures_to_gemini_clients(start_proxy, harness, mock, stream):
+    config = harness.default_config()
+    config["continuation"] = {"enabled": False}
+    p = start_proxy(config)
+    client = genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=p.url))
+    mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_1", "get_weather", '{"city": "Paris"}')]))
+    parts = ask_gemini(client, ANTH, "weather in Paris?", stream)
+    assert "".join(p.text for p in parts if p.thought) == THOUGHT
+    assert not any(p.thought_signature for p in parts)
+
+
+def test_carried_state_with_a_secret_round_trips_and_a_forged_one_is_dropped(start_proxy, harness, mock):
+    config = harness.default_config()
+    config["continuation"] = {"secret": "s3cret"}
+    p = start_proxy(config)
+    client = genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=p.url))
+    mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_1", "get_weather", '{"city": "Paris"}')]))
+    parts = ask_gemini(client, ANTH, "weather in Paris?", False)
+    kept = as_gemini_cli_keeps(parts)
+    call = kept.parts[0]
+    mock.enqueue(Turn([Text("Sunny.")]))
+    ask_gemini(client, ANTH, [user("weather in Paris?"), kept, result(call.function_call, "sunny")], False)
+    assert assistant_blocks(mock)[0] == {"type": "thinking", "thinking": THOUGHT, "signature": SIG}
+    # The same envelope made without the secret (a forgery) is foreign: nothing reaches Anthropic.
+    forged = continuation.carry(Context("gemini_generate_content", "anthropic_messages", "anthropic"),
+                                [{"type": "reasoning", "text": THOUGHT,
+                                  "opaque": {"protocol": "anthropic_messages", "provider": "anthropic", "signature": SIG}}])
+    kept.parts[0] = call.model_copy(update={"thought_signature": base64.b64encode(forged.encode())})
+    mock.enqueue(Turn([Text("Sunny.")]))
+    with pytest.raises(genai_errors.APIError):  # the mock, as Anthropic, refuses the turn without its thinking
+        ask_gemini(client, ANTH, [user("weather in Paris?"), kept, result(call.function_call, "sunny")], False)
+    assert SIG not in mock.requests[-1].raw.decode()
