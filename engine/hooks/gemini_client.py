@@ -8,9 +8,9 @@
   keeps one per stream chunk) are one turn; in it, consecutive thought parts are one
   reasoning block (its signature the one that ends them) and consecutive text parts one text. Function calls without an id get a
   stable minted one, and function responses without one are linked to their call.
-* ``signature``: a reasoning part's opaque state as a ``thoughtSignature``; ``step_signature``
-  puts a step's reasoning state, with its text, on the first part after the reasoning
-  (Gemini CLI keeps no thought parts in its history, only the parts Gemini signs).
+* ``step_signature``: a reasoning part's opaque state as a ``thoughtSignature``, on the first
+  part after the reasoning with its text (Gemini CLI keeps no thought parts in its history,
+  only the parts Gemini signs).
 * ``json_schema``: Gemini's OpenAPI ``Schema`` as the JSON Schema other providers take.
 * ``stream.*``: per-stream block state for the stream encoder (whole function calls,
   a reasoning block's signature at its end).
@@ -365,7 +365,6 @@ OBJECTS = {"gemini_client.blocks": Blocks}
 
 HOOKS = {
     "gemini_client.normalize": normalize,
-    "gemini_client.signature": signature,
     "gemini_client.step_signature": step_signature,
     "gemini_client.function_response": function_response,
     "gemini_client.json_schema": json_schema,
