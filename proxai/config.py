@@ -174,6 +174,7 @@ class StateConfig:
     ttl_secs: float = 30 * 24 * 3600  # OpenAI keeps stored responses 30 days
     max_chain_depth: int = 1000
     max_record_bytes: int = 16 * 1024 * 1024
+    required_for_readiness: bool = False  # true: /readyz is 503 while the store is down
 
 
 @dataclass(frozen=True)
