@@ -62,7 +62,7 @@ class Proxy:
         self.recorder = capture.Recorder(phases) if phases else None
         settings = config.server.inspector
         self.inspector = inspector.Inspector(settings.max_requests, self.recorder and self.recorder.root) if settings.enabled else None
-        self.metrics = Metrics(in_flight=lambda: self.active)
+        self.metrics = Metrics(in_flight=lambda: self.active, config=lambda: self.config)
         self.state = responses_state.build(config, self.metrics)  # None: state.backend none
         self.tracing = tracing.setup(config.tracing)  # a no-op unless tracing.enabled and the otel extra
         self.readiness = readiness.Readiness()
@@ -176,10 +176,15 @@ class Proxy:
         if self.active >= self.config.server.max_concurrent_requests:
             raise E.Overloaded("the proxy is at its concurrent request limit; retry shortly", headers={"Retry-After": "1"})
         self.active += 1
+        shared = self.metrics.shared_in_flight  # None in one process: the gauge reads self.active
+        if shared is not None:
+            shared.inc()
         try:
             yield
         finally:
             self.active -= 1
+            if shared is not None:
+                shared.dec()
 
     def _authorize(self, request: web.Request) -> None:
         keys = self.config.server.api_keys

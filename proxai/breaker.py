@@ -52,7 +52,7 @@ class Health:
         self._views: dict[str, _View] = {}
         self.breaker_state = Gauge(
             "proxai_breaker_state", "Circuit breaker per deployment (0 closed, 1 half-open, 2 open)",
-            ("provider",), registry=registry,
+            ("provider",), registry=registry, multiprocess_mode="livemax",  # workers: the most open view
         )
         self.breaker_transitions = Counter(
             "proxai_breaker_transitions", "Circuit breaker state changes per deployment", ("provider", "state"),
@@ -64,7 +64,7 @@ class Health:
         )
         self.keys_resting = Gauge(
             "proxai_keys_unavailable", "Keys resting or disabled per provider (this instance's view)",
-            ("provider",), registry=registry,
+            ("provider",), registry=registry, multiprocess_mode="livemax",
         )
 
     def register(self, pools: dict[str, Pool]) -> None:

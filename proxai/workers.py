@@ -4,14 +4,20 @@ The proxy keeps no state between requests (continuation state rides with the
 client), so workers share nothing: the kernel spreads new connections across
 them. The supervisor forwards SIGINT/SIGTERM (and SIGHUP, a reload), and restarts a worker that dies
 on its own (after a short pause, so a worker that cannot start does not spin).
+
+Metrics are the exception: the workers write them to files in a private directory the
+supervisor creates before the first fork and removes at exit, so that a scrape of any
+worker reports the whole instance (proxai/metrics.py).
 """
 from __future__ import annotations
 
 import logging
 import multiprocessing
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import time
 from typing import Callable
 
@@ -35,12 +41,16 @@ def supervise(count: int, run_worker: Callable[[int], int], stop_timeout: float 
 
     On the signal every worker gets SIGTERM at once and drains in parallel; one still
     running `stop_timeout` seconds later is killed."""
+    from proxai import metrics
+
     context = multiprocessing.get_context("fork")
     stopping = False
     procs: dict[int, multiprocessing.Process] = {}
+    # Fresh for each run: files left by an earlier instance would count again.
+    metrics_dir = tempfile.mkdtemp(prefix="proxai-metrics-")
 
     def start(index: int) -> None:
-        proc = context.Process(target=_child, args=(run_worker, index), name=f"proxai-worker-{index}", daemon=False)
+        proc = context.Process(target=_child, args=(run_worker, index, metrics_dir), name=f"proxai-worker-{index}", daemon=False)
         proc.start()
         procs[index] = proc
 
@@ -66,6 +76,7 @@ def supervise(count: int, run_worker: Callable[[int], int], stop_timeout: float 
             for index, proc in list(procs.items()):
                 if not proc.is_alive() and not stopping:
                     log.warning("worker %d (pid %s) exited with status %s; restarting", index, proc.pid, proc.exitcode)
+                    metrics.mark_dead(metrics_dir, proc.pid)
                     time.sleep(RESTART_PAUSE_SECS)
                     if not stopping:
                         start(index)
@@ -82,12 +93,16 @@ def supervise(count: int, run_worker: Callable[[int], int], stop_timeout: float 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _child(run_worker: Callable[[int], int], index: int) -> None:
+def _child(run_worker: Callable[[int], int], index: int, metrics_dir: str) -> None:
     # The parent's handlers must not run here: the worker installs its own on its loop.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "SIGHUP"):  # ignored until the worker's loop handles it (a reload)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    from proxai import metrics
+
+    metrics.share(metrics_dir)
     raise SystemExit(run_worker(index))

@@ -7,6 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import CLIENT_KEY
 from proxai.mock import Stream, Error, Json, Text, Turn, Usage
+from proxai.metrics import FROM_MODEL as FROM
 from test_passthrough_e2e import MESSAGES, raw_post
 
 
@@ -45,22 +46,26 @@ def test_counters_after_a_few_requests(harness, start_proxy, mock):
     s = scrape(p.url)
     chat, ant = "openai_chat_completions", "anthropic_messages"
     req = "proxai_requests_total"
-    assert value(s, req, client_protocol=chat, provider_protocol=ant, status="200", outcome="completed") == 2
-    assert value(s, req, client_protocol=chat, provider_protocol=chat, status="200", outcome="completed") == 1
-    assert value(s, req, client_protocol=chat, provider_protocol=ant, status="503", outcome="error") == 1
-    assert value(s, req, client_protocol=chat, provider_protocol=ant, status="200", outcome="incomplete") == 1
-    assert value(s, req, client_protocol=chat, provider_protocol="none", status="400", outcome="error") == 1
+    # routes `<provider>/(.+)` rewrite to `$1`: the client's model decides the upstream one
+    to_ant = dict(client_protocol=chat, provider_protocol=ant, provider="anthropic", route="anthropic", upstream_model=FROM)
+    to_chat = dict(client_protocol=chat, provider_protocol=chat, provider="chat", route="chat", upstream_model=FROM)
+    assert value(s, req, **to_ant, status="200", outcome="none") == 1
+    assert value(s, req, **to_ant, status="200", outcome="complete") == 1
+    assert value(s, req, **to_chat, status="200", outcome="none") == 1
+    assert value(s, req, **to_ant, status="503", outcome="none") == 1
+    assert value(s, req, **to_ant, status="200", outcome="incomplete:eof") == 1
+    assert value(s, req, client_protocol=chat, provider_protocol="none", provider="none", route="none",
+                 upstream_model="none", status="400", outcome="none") == 1
     assert value(s, "proxai_upstream_errors_total", provider="anthropic", kind="upstream_error") == 1
     assert value(s, "proxai_upstream_errors_total", provider="anthropic", kind="stream_incomplete") == 1
-    assert value(s, "proxai_request_duration_seconds_count", client_protocol=chat, provider_protocol=ant, stream="true") == 2
-    assert value(s, "proxai_time_to_first_byte_seconds_count", client_protocol=chat, provider_protocol=ant, stream="false") == 2
-    assert value(s, "proxai_request_duration_seconds_bucket", client_protocol=chat, provider_protocol=ant,
-                 stream="false", le="+Inf") == 2
-    assert value(s, "proxai_tokens_total", client_protocol=chat, provider_protocol=ant, kind="input") == 20
-    assert value(s, "proxai_tokens_total", client_protocol=chat, provider_protocol=ant, kind="output") == 6
+    assert value(s, "proxai_request_duration_seconds_count", **to_ant, stream="true") == 2
+    assert value(s, "proxai_time_to_first_byte_seconds_count", **to_ant, stream="false") == 2
+    assert value(s, "proxai_request_duration_seconds_bucket", **to_ant, stream="false", le="+Inf") == 2
+    assert value(s, "proxai_tokens_total", **to_ant, kind="input") == 20
+    assert value(s, "proxai_tokens_total", **to_ant, kind="output") == 6
     assert value(s, "proxai_requests_in_flight") == 0
     # scrapes are not requests
-    assert value(scrape(p.url), req, client_protocol=chat, provider_protocol=chat, status="200", outcome="completed") == 1
+    assert value(scrape(p.url), req, **to_chat, status="200", outcome="none") == 1
 
 
 def test_translation_errors_are_counted(start_proxy, mock):
@@ -99,8 +104,8 @@ def test_mid_stream_translation_errors_are_counted(start_proxy, mock):
 def test_registries_are_per_app(start_proxy, mock):
     a, b = start_proxy(), start_proxy()
     raw_post(a.url, "/v1/chat/completions", {"model": "m", "messages": MESSAGES})
-    key = dict(client_protocol="openai_chat_completions", provider_protocol="openai_chat_completions",
-               status="200", outcome="completed")
+    key = dict(client_protocol="openai_chat_completions", provider_protocol="openai_chat_completions", provider="chat",
+               route="default", upstream_model=FROM, status="200", outcome="none")
     assert value(scrape(a.url), "proxai_requests_total", **key) == 1
     assert value(scrape(b.url), "proxai_requests_total", **key) == 0
 

@@ -437,7 +437,8 @@ def test_cache_counts_in_the_log_line_and_metrics(start_proxy, mock, stream):
     assert (line["input_tokens"], line["cache_read_tokens"], line["cache_write_tokens"]) == (5000, 3000, 1500)
     assert line["cache_breakpoints"] == 4
     s = scrape(p.url)
-    labels = dict(client_protocol="openai_chat_completions", provider_protocol="anthropic_messages")
+    labels = dict(client_protocol="openai_chat_completions", provider_protocol="anthropic_messages", provider="anthropic",
+                  route="anthropic", upstream_model="(from model)")
     assert value(s, "proxai_tokens_total", kind="cache_read", **labels) == 3000
     assert value(s, "proxai_tokens_total", kind="cache_write", **labels) == 1500
     assert value(s, "proxai_tokens_total", kind="input", **labels) == 5000

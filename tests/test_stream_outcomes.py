@@ -133,5 +133,6 @@ def test_a_malformed_event_is_counted_alike_on_both_paths(start_proxy, mock):
     s = scrape(p.url)
     for provider in (ANTHROPIC, CHAT):
         assert value(s, "proxai_upstream_errors_total", provider=SHORT[provider], kind="stream_malformed") == 1
-        assert value(s, "proxai_requests_total", client_protocol=CHAT, provider_protocol=provider, status="200",
-                     outcome="incomplete") == 1
+        assert value(s, "proxai_requests_total", client_protocol=CHAT, provider_protocol=provider, provider=SHORT[provider],
+                     route=SHORT[provider], upstream_model="(from model)", status="200",
+                     outcome=Outcome.MALFORMED.value) == 1
