@@ -154,7 +154,7 @@ def redis_server(tmp_path_factory):
 # `proxai` or `server.py` as a subprocess. A test can also carry @pytest.mark.slow itself.
 SLOW_MARKERS = ("load", "fuzz")
 SLOW_MODULES = frozenset({
-    "test_load.py", "test_fuzz.py", "test_workers.py", "test_bench_smoke.py",
+    "test_load.py", "test_fuzz.py", "test_workers.py", "test_metrics_workers.py", "test_bench_smoke.py",
     "test_expr_closures.py", "test_sse_properties.py",  # property-based: hundreds of examples each
     "test_stream_integrity.py", "test_upstream_faults.py",  # long streams, stalls and timeouts
     # real processes, signals, fd limits, bombs and soaks; stalled uploads wait out their deadline

@@ -146,3 +146,51 @@ def test_require_auth_without_keys_is_a_config_error():
     with pytest.raises(ConfigError) as info:
         load_dict(doc)
     assert info.value.problems[0][0] == "server.metrics.require_auth"
+
+
+def test_route_labels_take_the_upstream_model_only_when_the_config_fixes_it(harness, start_proxy, mock):
+    doc = harness.default_config()
+    doc["routing"]["routes"][:0] = [
+        {"name": "alias", "model_pattern": "fast", "match_kind": "exact", "provider": "anthropic",
+         "upstream_model": "claude-haiku"},
+        {"name": "pinned", "model_pattern": "^pin-(.+)$", "provider": "chat", "upstream_model": "gpt-$$fixed"},
+        {"name": "family", "model_pattern": "claude-*", "provider": "anthropic"},  # no rewrite: the client's model
+    ]
+    p = start_proxy(doc)
+    for model in ("fast", "pin-a", "pin-b", "claude-x", "claude-y", "anthropic/a", "anthropic/b", "other"):
+        mock.enqueue(Turn([Text("ok")]))
+        assert raw_post(p.url, "/v1/chat/completions", {"model": model, "messages": MESSAGES})[0] == 200
+    s = scrape(p.url)
+    series = {dict(labels)["route"]: dict(labels) for name, labels in s if name == "proxai_requests_total"}
+    assert {route: (labels["provider"], labels["upstream_model"]) for route, labels in series.items()} == {
+        "alias": ("anthropic", "claude-haiku"),
+        "pinned": ("chat", "gpt-$fixed"),
+        "family": ("anthropic", FROM),
+        "anthropic": ("anthropic", FROM),  # ^anthropic/(.+)$ -> $1
+        "default": ("chat", FROM),
+    }
+    assert sum(v for (name, _), v in s.items() if name == "proxai_requests_total") == 8
+    for name in ("proxai_request_duration_seconds_count", "proxai_time_to_first_byte_seconds_count"):
+        assert {dict(labels)["upstream_model"] for n, labels in s if n == name} == {"claude-haiku", "gpt-$fixed", FROM}
+
+
+def test_no_created_series_and_the_process_metrics(start_proxy, mock):
+    p = start_proxy()
+    mock.enqueue(Turn([Text("ok")], usage=Usage(input_tokens=1, output_tokens=1)))
+    raw_post(p.url, "/v1/chat/completions", {"model": "m", "messages": MESSAGES})
+    _, _, body = raw_post(p.url, "/metrics", b"", method="GET")
+    text = body.decode()
+    assert "_created" not in text
+    s = scrape(p.url)
+    for name in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "process_max_fds"):
+        assert value(s, name) > 0, name  # one process: no pid label
+
+
+def test_the_outcome_label_is_the_log_outcome(start_proxy, mock):
+    from proxai.metrics import outcome_label
+    from proxai.streaming import Outcome
+
+    for outcome in Outcome:
+        assert outcome_label({"outcome": outcome.value}) == outcome.value
+    assert outcome_label({"status": 200}) == "none"  # not streamed: the status says how it went
+    assert outcome_label({"status": 200, "outcome": "estimated"}) == "none"  # not an Outcome: not a label value
