@@ -13,6 +13,7 @@
         ├── MethodNotAllowed        405: known path, wrong method
         ├── RequestTimeout          408: the body did not arrive within server.request_body_timeout_secs
         ├── RequestTooLarge         413: body over server.max_request_body_bytes
+        ├── RateLimited             429: a named client key over one of its limits (with Retry-After)
         ├── Overloaded              503: server.max_concurrent_requests reached, or shutting down
         ├── InternalError           500: a bug; the body never carries internals
         └── UpstreamFailure         the provider failed us
@@ -130,6 +131,11 @@ class RequestTimeout(ProxyError):
 class RequestTooLarge(ProxyError):
     status = 413
     kind = "too_large"
+
+
+class RateLimited(ProxyError):
+    status = 429
+    kind = "rate_limited"
 
 
 class Overloaded(ProxyError):
