@@ -21,6 +21,7 @@ from proxai.inspector.web import InspectorWeb
 from proxai.mock import Stream, Text, ToolCall, Turn, Usage
 from proxai.mock import render_chat
 from proxai.sse import SSEEvent, SSEParser
+from test_observability import LogCapture, summary
 
 SECRETS = [CLIENT_KEY, *PROVIDER_KEYS.values()]
 
@@ -174,7 +175,7 @@ def test_translated_stream_phases_and_linked_timeline(harness, start_proxy, mock
     row = next(r for r in requests_list(p) if r["request_id"] == "insp-stream-1")
     assert row["client_protocol"] == "openai_chat_completions" and row["provider_protocol"] == "anthropic_messages"
     assert row["provider"] == "anthropic" and row["model"] == "anthropic/claude-x" and row["status"] == 200
-    assert row["end"] == "complete" and row["mode"] == "translated" and row["ttfb_ms"] is not None
+    assert row["outcome"] == "complete" and row["mode"] == "translated" and row["ttfb_ms"] is not None
     assert (row["input_tokens"], row["output_tokens"]) == (7, 3)
 
     d = detail_of(p, "insp-stream-1")
@@ -190,7 +191,7 @@ def test_translated_stream_phases_and_linked_timeline(harness, start_proxy, mock
     assert any("metadata" in t for t in d["traces"])
 
     tl = d["timeline"]
-    assert tl["linked"] and tl["end"]["reason"] == "complete"
+    assert tl["linked"] and tl["end"]["outcome"] == "complete"
     by_event = {}
     for row in tl["rows"]:
         by_event.setdefault(row["event"], []).append(row)
@@ -220,29 +221,33 @@ def test_pass_through_stream_timeline_relays_each_event(harness, start_proxy, mo
     assert d["summary"]["mode"] == "pass-through"
     rows = d["timeline"]["rows"]
     assert rows and all(len(r["client"]) == 1 and r["client"][0]["relayed"] for r in rows)
-    assert rows[-1]["event"] == "message_stop" and d["timeline"]["end"]["reason"] == "complete"
+    assert rows[-1]["event"] == "message_stop" and d["timeline"]["end"]["outcome"] == "complete"
 
 
+# The log's outcome names (docs/architecture.md#stream-observers-and-outcomes), as the log line has them.
 @pytest.mark.parametrize("reply, reason", [
-    (Turn(blocks=[Text("one two three four")], cut_after=4), "cut"),
+    (Turn(blocks=[Text("one two three four")], cut_after=4), "incomplete:eof"),
     (Stream(raw=[b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","type":"message","role":"assistant",'
                  b'"model":"x","content":[],"stop_reason":null,"usage":{"input_tokens":1,"output_tokens":0}}}\n\n',
-                 b"event: content_block_start\ndata: {not json\n\n"]), "malformed"),
-    (Turn(blocks=[Text("one two three four")], stall_after=3, stall_secs=3), "stalled"),
+                 b"event: content_block_start\ndata: {not json\n\n"]), "incomplete:malformed"),
+    (Turn(blocks=[Text("one two three four")], stall_after=3, stall_secs=3), "incomplete:idle_timeout"),
 ])
 def test_stream_end_reasons(harness, start_proxy, mock, reply, reason):
     cfg = inspector_config(harness)
     cfg["providers"]["anthropic"]["read_idle_timeout_secs"] = 0.3
     p = start_proxy(cfg)
     mock.enqueue(reply)
-    post(p, "/v1/chat/completions", {"model": "anthropic/x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}, {"x-request-id": "insp-end"})
+    with LogCapture("json") as cap:
+        post(p, "/v1/chat/completions", {"model": "anthropic/x", "stream": True,
+                                         "messages": [{"role": "user", "content": "hi"}]}, {"x-request-id": "insp-end"})
+        line = summary(cap, "insp-end")
     row = next(r for r in requests_list(p) if r["request_id"] == "insp-end")
-    assert row["end"] == reason
+    assert row["outcome"] == line["outcome"] == reason
     d = detail_of(p, "insp-end")
     end = d["timeline"]["end"]
-    assert end["reason"] == reason and end["after_event"] == len(d["timeline"]["rows"])
+    assert end["outcome"] == reason and end["after_event"] == len(d["timeline"]["rows"])
     assert end["message"]  # the in-stream error the client got
-    if reason == "malformed":  # the error replaced the bad event: linked to it
+    if reason == "incomplete:malformed":  # the error replaced the bad event: linked to it
         assert "error" in d["timeline"]["rows"][-1]["client"][-1]["data"]
     else:  # the error the proxy added when the upstream broke off has no upstream event of its own
         assert "error" in d["timeline"]["tail"][-1]["data"]
@@ -259,7 +264,7 @@ def test_stream_translation_error_names_its_rule(harness, start_proxy, mock):
     ]))
     post(p, "/v1/chat/completions", {"model": "anthropic/x", "stream": True, "messages": [{"role": "user", "content": "hi"}]}, {"x-request-id": "insp-rule"})
     d = detail_of(p, "insp-rule")
-    assert d["summary"]["end"] == "malformed"
+    assert d["summary"]["outcome"] == "incomplete:malformed"
     assert d["error"]["translation"] == "stream"
     assert "anthropic_messages/stream.decode.yaml:" in d["error"]["rule"]
     bad = d["timeline"]["rows"][2]
@@ -348,7 +353,7 @@ def test_capture_to_disk_is_shared_and_old_captures_are_listed(harness, start_pr
     d = get(p, "/_proxai/api/requests/disk:from-disk").json()
     assert d["phases"]["inbound_request"]["json"]["model"] == "anthropic/x"
     tl = d["timeline"]
-    assert tl["linked"] and tl["end"]["reason"] == "complete"
+    assert tl["linked"] and tl["end"]["outcome"] == "complete" and tl["end"]["replayed"]
     deltas = [r for r in tl["rows"] if r["event"] == "content_block_delta"]
     assert [client_text(r["client"]) for r in deltas] == ["Hel", "lo ", "there"]
     assert get(p, "/_proxai/api/requests/disk:..%2Fetc").status_code == 404
@@ -449,8 +454,8 @@ def test_client_gone_mid_stream(harness, start_proxy, mock):
         if not row["in_flight"]:
             break
         time.sleep(0.05)
-    assert row["end"] == "client gone"
-    assert detail_of(p, "insp-gone")["timeline"]["end"]["reason"] == "client gone"
+    assert row["outcome"] == "client_disconnected"
+    assert detail_of(p, "insp-gone")["timeline"]["end"]["outcome"] == "client_disconnected"
 
 
 def test_server_py_inspector_flag():

@@ -22,24 +22,9 @@ from proxai.streaming import Outcome
 
 PROTOCOL_PATHS = (("/chat/completions", CHAT), ("/responses", RESPONSES), ("/messages", ANTHROPIC))
 
-# How a stream ended, in the words the page shows, by the log's `outcome`.
-END_REASONS = {
-    Outcome.COMPLETE: "complete",
-    Outcome.COMPLETE_WITHOUT_DONE: "complete",
-    Outcome.EOF: "cut",
-    Outcome.UPSTREAM_RESET: "cut",
-    Outcome.IDLE_TIMEOUT: "stalled",
-    Outcome.TOOL_CALL_STALL: "stalled",
-    Outcome.MALFORMED: "malformed",
-    Outcome.INTERNAL: "internal error",
-    Outcome.UPSTREAM_ERROR: "upstream error",
-    Outcome.CLIENT_DISCONNECTED: "client gone",
-    Outcome.OPEN: "open",
-}
-
 _SUMMARY_KEYS = ("request_id", "method", "path", "client_protocol", "route", "provider", "provider_protocol",
                  "model", "upstream_model", "stream", "outcome", "ttfb_ms", "duration_ms", "input_tokens",
-                 "output_tokens", "error", "translation_error", "upstream_request_id")
+                 "output_tokens", "error", "translation_error", "upstream_request_id", "client")
 
 
 # --- summaries ---------------------------------------------------------------------------
@@ -51,8 +36,8 @@ def summary(entry: Entry) -> dict[str, Any]:
     out.update(key=str(entry.key), source="memory", time=entry.started, in_flight=not entry.done,
                status=info.get("status") if entry.done else None)
     out["mode"] = _mode(out.get("client_protocol"), out.get("provider_protocol"))
-    if info.get("stream") and "outcome" in info:
-        out["end"] = end_reason(entry)
+    if "outcome" in info:
+        out["outcome"] = outcome(entry)
     return out
 
 
@@ -62,12 +47,12 @@ def _mode(client: str | None, provider: str | None) -> str | None:
     return "pass-through" if client == provider else "translated"
 
 
-def end_reason(entry: Entry) -> str:
-    info = entry.info
-    outcome = info.get("outcome") or "open"
+def outcome(entry: Entry) -> str:
+    """The log's outcome; `open` until the request is done (while a stream runs, the
+    request's outcome already says client_disconnected, in case the client is the one to end it)."""
     if not entry.done:
-        return "open"
-    return END_REASONS.get(outcome, outcome)
+        return Outcome.OPEN.value
+    return entry.info.get("outcome") or Outcome.OPEN.value
 
 
 def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captured]) -> dict[str, Any]:
@@ -205,8 +190,7 @@ def _end(entry: Entry, rows: list, tail: list) -> dict[str, Any]:
     last_client = (tail or [c for r in rows for c in r["client"]] or [None])[-1]
     message = error_message(last_client["data"]) if last_client and isinstance(last_client.get("data"), dict) else None
     return {
-        "reason": end_reason(entry),
-        "outcome": info.get("outcome"),
+        "outcome": outcome(entry),
         "after_event": len(rows),
         "at_ms": info.get("duration_ms"),
         "message": message,
@@ -249,14 +233,14 @@ def replayed_timeline(summ: dict, phases: dict[str, capture.Captured], eng: engi
         view = {"t_ms": None, **_event_view(i + 1, ev.event, ev.data)}
         source = sources[i] if linked and sources is not None else None
         (rows[source - 1]["client"] if source and source <= len(rows) else tail).append(view)
-    reason = None if complete is None else ("complete" if complete else "cut")
+    # The files alone say less than the log: complete, ended early (eof), or unknown (None).
+    ended = None if complete is None else (Outcome.COMPLETE if complete else Outcome.EOF).value
     last = client_events[-1] if client_events else None
     message = error_message(_json(last.data.encode())) if last is not None else None
     if message:
-        reason = "error"
+        ended = None  # an error event ended it: the provider's or the proxy's, the files do not say
     return {"rows": rows, "tail": tail, "truncated": False, "linked": linked,
-            "end": {"reason": reason or "unknown (from capture)", "outcome": None, "after_event": len(rows),
-                    "at_ms": None, "message": message}}
+            "end": {"outcome": ended, "after_event": len(rows), "at_ms": None, "message": message, "replayed": True}}
 
 
 def _error(info: dict, phases: dict[str, capture.Captured], entry: Entry) -> dict[str, Any] | None:

@@ -100,10 +100,21 @@ function statusClass(r) {
   if (!r.status) return "unknown";
   return `${String(r.status)[0]}xx`;
 }
+// The data speaks the log's outcome vocabulary (docs/architecture.md); the page says it shorter.
+const OUTCOME_LABEL = {
+  complete: "complete", complete_without_done: "complete", open: "open",
+  "incomplete:eof": "cut", "incomplete:upstream_reset": "cut",
+  "incomplete:idle_timeout": "stalled", "incomplete:tool_call_stall": "stalled",
+  "incomplete:malformed": "malformed", "incomplete:internal": "internal error",
+  upstream_error_event: "upstream error", client_disconnected: "client gone",
+};
+function outcomeLabel(outcome) {
+  return OUTCOME_LABEL[outcome] || outcome;
+}
 function result(r) {
   if (r.in_flight) return "open";
   if (r.status === 499) return "client gone";
-  if (r.stream && r.end) return r.end;
+  if (r.stream && r.outcome) return outcomeLabel(r.outcome);
   if (r.status && r.status >= 400) return "error";
   return r.status ? "ok" : "unknown";
 }
@@ -455,8 +466,10 @@ function renderTimeline(doc) {
   const t = doc.timeline;
   if (!t) { fill(pane); return; }
   const end = t.end || {};
-  const reason = end.reason || "unknown";
-  const banner = el("div", { class: `end ${END_TONE[reason] || "bad"}`, id: "stream-end", "data-reason": reason },
+  const reason = end.outcome ? outcomeLabel(end.outcome)
+    : end.message ? "error" : end.replayed ? "unknown (from capture)" : "unknown";
+  const banner = el("div", { class: `end ${END_TONE[reason] || "bad"}`, id: "stream-end", "data-reason": reason,
+    "data-outcome": end.outcome || "", title: end.outcome ? `outcome ${end.outcome}` : "" },
     el("span", { class: "what", text: `Stream ended: ${reason}` }),
     el("span", { text: END_TEXT[reason] || "" }),
     el("span", { class: "muted", text: `after upstream event #${end.after_event}${end.at_ms ? ` · ${fmtMs(end.at_ms)}` : ""}` }),
