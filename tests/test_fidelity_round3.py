@@ -249,8 +249,13 @@ THINK = types.ThinkingConfig(include_thoughts=True, thinking_budget=4096)
 
 
 @pytest.fixture
-def gclient(proxy):
-    return genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=proxy.url))
+def gclient(harness, start_proxy):
+    """A Gemini client; the Anthropic provider asks for thinking with a budget (type enabled),
+    the mode whose tool-loop rule the mock enforces."""
+    config = harness.default_config()
+    config["providers"]["anthropic"]["thinking_mode"] = "budget"
+    p = start_proxy(config)
+    return genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=p.url))
 
 
 def ask_gemini(client, model, contents, stream):
@@ -301,7 +306,7 @@ def test_gemini_cli_history_brings_the_anthropic_signature_back(mock, gclient, s
     as Anthropic, requires of a tool_result turn."""
     mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_1", "get_weather", '{"city": "Paris"}')]))
     parts = ask_gemini(gclient, ANTH, "weather in Paris?", stream)
-    assert mock.requests[-1].body["thinking"]["type"] in ("enabled", "adaptive")
+    assert mock.requests[-1].body["thinking"]["type"] == "enabled"
     thoughts = [p for p in parts if p.thought]
     calls = [p for p in parts if p.function_call]
     assert "".join(p.text for p in thoughts) == THOUGHT
@@ -431,6 +436,7 @@ def test_continuation_off_sends_no_signatures_to_gemini_clients(start_proxy, har
 def test_carried_state_with_a_secret_round_trips_and_a_forged_one_is_dropped(start_proxy, harness, mock):
     config = harness.default_config()
     config["continuation"] = {"secret": "s3cret"}
+    config["providers"]["anthropic"]["thinking_mode"] = "budget"
     p = start_proxy(config)
     client = genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=p.url))
     mock.enqueue(Turn([Reasoning(THOUGHT, signature=SIG), ToolCall("toolu_1", "get_weather", '{"city": "Paris"}')]))

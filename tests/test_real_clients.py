@@ -188,10 +188,12 @@ def agent_upstream(mock):
 UPSTREAM_MODEL = "upstream-model"
 
 
-def proxy_to(start_proxy, harness, provider_protocol: str, pattern: str):
+def proxy_to(start_proxy, harness, provider_protocol: str, pattern: str, thinking_mode: str | None = None):
     """A proxy as the README's recipes configure it: one route takes the CLI's own model names
     (they keep their defaults) to the provider, under the provider's model name."""
     cfg = harness.default_config()
+    if thinking_mode:
+        cfg["providers"]["anthropic"]["thinking_mode"] = thinking_mode
     cfg["routing"] = {"routes": [{"name": "agent", "model_pattern": pattern, "provider": PROVIDERS[provider_protocol],
                                   "upstream_model": UPSTREAM_MODEL}]}
     return start_proxy(cfg)
@@ -304,7 +306,9 @@ def gemini_env(home: Path, proxy_url: str) -> dict:
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
 def test_gemini_cli_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol):
     gemini = cli("gemini")
-    proxy = proxy_to(start_proxy, harness, provider_protocol, "gemini-*")
+    # Toward Anthropic, thinking with a budget (type enabled): the mock then holds the tool
+    # result's turn to Anthropic's rule, its thinking block signed and unchanged.
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "gemini-*", thinking_mode="budget")
     work = tmp_path / "work"
     work.mkdir()
     result = run([gemini, "-p", PROMPT, "--yolo"], gemini_env(tmp_path / "home", proxy.url), work)
@@ -317,7 +321,7 @@ def test_gemini_cli_tool_loop(start_proxy, harness, agent_upstream, tmp_path, pr
     check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
     if provider_protocol == "anthropic_messages":
         turn = next(r for r in agent_upstream.requests if CALL_IDS[provider_protocol] in tool_results(r))
-        assert turn.body["thinking"]["type"] in ("enabled", "adaptive")
+        assert turn.body["thinking"]["type"] == "enabled"
         assistant = [m for m in turn.body["messages"] if m["role"] == "assistant"][-1]["content"]
         assert assistant[0] == {"type": "thinking", "thinking": "I should run the command the user gave.",
                                 "signature": "sig-mock-1"}, assistant

@@ -1,9 +1,12 @@
 """Anthropic's rule for thinking in a tool loop, as the mock enforces it.
 
-With thinking on, the assistant turn that a request's tool results answer must carry the
-thinking blocks the model wrote before those tool calls, unchanged (the signature covers
-the exact thinking text); otherwise Anthropic answers 400. The mock remembers the
-thinking it sent with each tool call and holds the next request to it."""
+With thinking enabled, the assistant turn that a request's tool results answer must carry
+the thinking blocks the model wrote before those tool calls, unchanged (the signature
+covers the exact thinking text); otherwise Anthropic answers 400. The mock remembers the
+thinking it sent with each tool call and holds the next request to it. Only `enabled`
+thinking is held to it, the mode Anthropic documents the rule for: with `adaptive` the
+model may not think at all, and clients that work against Anthropic (Claude Code) send
+such tool loops without the thinking."""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ INVALID = "messages.{at}.content: Invalid `signature` in `thinking` block"
 
 def thinking_on(request: dict) -> bool:
     thinking = request.get("thinking")
-    return isinstance(thinking, dict) and thinking.get("type") in ("enabled", "adaptive")
+    return isinstance(thinking, dict) and thinking.get("type") == "enabled"
 
 
 def _block(b) -> dict:
