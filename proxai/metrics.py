@@ -174,8 +174,7 @@ class Metrics:
         if _shared_dir is None:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST
         registry = CollectorRegistry()
-        MultiProcessCollector(registry, _shared_dir)
-        registry.register(_WorkerProcesses(_shared_dir))
+        registry.register(_Workers(_shared_dir))
         return generate_latest(registry), CONTENT_TYPE_LATEST
 
 
@@ -183,25 +182,32 @@ class Metrics:
 _LIVE_FILE = re.compile(r"gauge_livesum_(\d+)\.db$")
 
 
-class _WorkerProcesses:
-    """process_* of every live worker, read from /proc by the scraping one, with a `pid` label.
-    Per worker rather than summed: a restarted worker's CPU counter starts again at zero,
-    which a sum would show as a reset of the whole instance."""
+class _Workers:
+    """Every worker's samples from the shared files, and the process_* of the live ones."""
 
     def __init__(self, directory: str):
         self._directory = directory
 
     def collect(self):
+        live = sorted(m.group(1) for m in map(_LIVE_FILE.match, os.listdir(self._directory)) if m)
+        alive = set(live)
+        for family in MultiProcessCollector(None, self._directory).collect():
+            # A gauge without a multiprocess_mode is reported per pid: the dead workers' go.
+            family.samples = [s for s in family.samples if s.labels.get("pid", "") in alive or "pid" not in s.labels]
+            yield family
+        yield from self._processes(live)
+
+    @staticmethod
+    def _processes(live: list[str]):
+        """process_* of each live worker, read from /proc by the scraping one, with a `pid` label.
+        Per worker rather than summed: a restarted worker's CPU counter starts again at zero,
+        which a sum would show as a reset of the whole instance."""
         families: dict[str, Metric] = {}
-        for name in sorted(os.listdir(self._directory)):
-            match = _LIVE_FILE.match(name)
-            if match is None:
-                continue
-            pid = match.group(1)
-            for family in ProcessCollector(pid=lambda: pid, registry=None).collect():
+        for pid in live:
+            for family in ProcessCollector(pid=lambda pid=pid: pid, registry=None).collect():
                 out = families.get(family.name)
                 if out is None:
                     out = families[family.name] = Metric(family.name, family.documentation, family.type)
                 for sample in family.samples:
                     out.add_sample(sample.name, {**sample.labels, "pid": pid}, sample.value)
-        return list(families.values())
+        return families.values()

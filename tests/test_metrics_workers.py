@@ -7,8 +7,11 @@ import http.client
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -21,6 +24,7 @@ CONCURRENCY = 8
 PER_CONNECTION = 5  # new connections often, so the kernel spreads them over both workers
 BODY = {"model": "anthropic/m", "messages": [{"role": "user", "content": "hi"}]}
 TOTAL = "proxai_requests_total"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def parse(text: str) -> dict[tuple, float]:
@@ -165,3 +169,25 @@ def test_a_killed_worker_keeps_its_counts_and_leaves_the_process_metrics(harness
     finally:
         mock.responder = None
         server.stop()
+
+
+
+def test_a_gauge_without_a_multiprocess_mode_shows_only_live_workers(tmp_path):
+    """prometheus_client reports such a gauge once per pid, dead pids included; /metrics keeps the live."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from proxai import metrics
+
+    worker = ("import sys; from prometheus_client import Gauge; from proxai import metrics\n"
+              "metrics.share(sys.argv[1]); m = metrics.Metrics(in_flight=lambda: 0)\n"
+              "Gauge('x_up', 'a plain gauge', registry=m.registry).set(1)\n")
+    for _ in range(2):  # two "workers", one after the other: each leaves its files
+        subprocess.run([sys.executable, "-c", worker, str(tmp_path)], check=True, cwd=ROOT)
+    written = sorted(name.split("_")[-1][:-3] for name in os.listdir(tmp_path) if name.startswith("gauge_livesum_"))
+    assert len(written) == 2
+    metrics.mark_dead(str(tmp_path), int(written[0]))
+    registry = CollectorRegistry()
+    registry.register(metrics._Workers(str(tmp_path)))
+    samples = parse(generate_latest(registry).decode())
+    assert [dict(lbl)["pid"] for (name, lbl) in samples if name == "x_up"] == [written[1]]
+    assert total(samples, "proxai_requests_in_flight") == 0
