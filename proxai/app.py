@@ -68,7 +68,9 @@ class Proxy:
         self.readiness = readiness.Readiness()
         self.readiness.add("rules", lambda: None if self.live.engine.codecs else "no rules loaded")
         if self.state is not None:
-            self.readiness.add("state_store", self.state.ready)
+            # A shared store that is down degrades this pod (stateful Responses turns get 503),
+            # unless state.required_for_readiness says it takes the pod out of rotation.
+            self.readiness.add("state_store", self.state.ready, required=config.state.required_for_readiness)
         if demo:
             self.readiness.add("demo_upstreams", lambda: None if self.live.router is not None else "starting")
         self._mock_runner: web.AppRunner | None = None
@@ -114,7 +116,7 @@ class Proxy:
 
     async def on_startup(self, app: web.Application) -> None:
         if self.state is not None:
-            await self.state.start()  # first: a store that cannot open stops startup (StateError)
+            await self.state.start()  # first: a local store that cannot open stops startup (StateError)
         await self.resilience.start(self.state.store if self.state is not None else None)
         await self.transport.start()
         if self.demo:

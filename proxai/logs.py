@@ -1,8 +1,13 @@
 """Logging setup and the one-line request summary.
 
-The summary names the request id (and the provider's beside it), protocols,
-route, provider, models, status, stream outcome, time to first byte, duration
-and token counts. It never carries bodies, keys, headers or prompt text.
+The summary names the request id (and the provider's beside it), the client's
+name (never its key), protocols, route, provider, upstream attempts, models,
+status, stream outcome, time to first byte, duration and token counts. It never
+carries bodies, keys, headers or prompt text.
+
+A human line starts with the local time to the millisecond with its UTC offset,
+the level, and the logger with the process id (`proxai.request[4242]:`), so the
+lines of `--workers N` can be told apart.
 
 Every other line logged while a request runs gets that request's id too: the
 id lives in a context variable set by the app, and the handler's filter copies
@@ -26,7 +31,7 @@ request_log = logging.getLogger("proxai.request")
 FORMATS = ("human", "json")
 
 _FIELDS = (
-    "request_id", "upstream_request_id", "method", "path", "client_protocol", "provider_protocol", "route",
+    "request_id", "upstream_request_id", "client", "method", "path", "client_protocol", "provider_protocol", "route",
     "provider", "key", "attempts", "model", "upstream_model", "stream", "status", "outcome", "ttfb_ms", "duration_ms",
     "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "cache_breakpoints", "translation_notes", "error",
     "rule",
@@ -41,21 +46,30 @@ class _RequestIdFilter(logging.Filter):
 
 
 class _HumanFormatter(logging.Formatter):
-    # The timestamp has one-second resolution: format it once per second, not per line.
+    # The date, time and offset change once a second: formatted then, not per line.
     _second = -1
     _stamp = ""
+    _zone = ""
 
     def format(self, record: logging.LogRecord) -> str:
         second = int(record.created)
         if second != self._second:
-            self._second, self._stamp = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(second))
-        line = f"{self._stamp} {record.levelname:<7} {record.name}: {_message(record)}"
+            local = time.localtime(second)
+            self._second, self._stamp, self._zone = second, time.strftime("%Y-%m-%dT%H:%M:%S", local), _offset(local)
+        line = (f"{self._stamp}.{int(record.msecs):03d}{self._zone} {record.levelname:<7} "
+                f"{record.name}[{record.process}]: {_message(record)}")
         rid = getattr(record, "request_id", None)
         if rid and getattr(record, "fields", None) is None:
             line += f" request_id={rid}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
+
+
+def _offset(local: time.struct_time) -> str:
+    """`+01:00` (ISO 8601) from strftime's `+0100`."""
+    zone = time.strftime("%z", local)
+    return f"{zone[:3]}:{zone[3:]}" if len(zone) == 5 else zone
 
 
 _NEEDS_QUOTES = re.compile(r'[\s"=]')
@@ -140,6 +154,7 @@ class _JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": "request" if fields else record.getMessage(),
+            "pid": record.process,
         }
         rid = getattr(record, "request_id", None)
         if rid:
@@ -174,6 +189,8 @@ def setup(level: str = "info", fmt: str = "human", stream: IO[str] | None = None
 
 def log_request(**fields: Any) -> None:
     ordered = {k: fields.get(k) for k in _FIELDS}
+    if ordered["attempts"] is None and ordered["provider"] is not None and not fields.get("_pooled"):
+        ordered["attempts"] = 1  # a route without pool or fallbacks has one; a pooled one counts its own (retry.py)
     status = fields.get("status") or 0
     level = logging.WARNING if status >= 500 or str(fields.get("outcome", "")).startswith("incomplete") else logging.INFO
     if request_log.isEnabledFor(level):

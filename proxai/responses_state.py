@@ -30,13 +30,14 @@ import hmac
 import logging
 import re
 import secrets
+import time
 import uuid
 from typing import Any
 from urllib.parse import quote
 
 import orjson
 from aiohttp import web
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from proxai import errors as E
 from proxai import requestid
@@ -55,6 +56,9 @@ _STORED_STATUSES = frozenset({"completed", "incomplete"})
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _TENANT_KEY = "state:tenant-key"
 _SWEEP_EVERY_SECS = 60.0
+PROBE_EVERY_SECS = 2.0  # how soon a store that went down shows in /readyz, the gauge and the log
+RECONNECT_MIN_SECS = 0.5
+RECONNECT_MAX_SECS = 30.0
 
 _ITEM_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
                    "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_", "reasoning": "rs_"}
@@ -78,47 +82,137 @@ class ResponsesState:
         self._secret = secret.encode() if secret else None
         self._key: bytes | None = None
         self._sweeper: asyncio.Task | None = None
+        self._supervisor: asyncio.Task | None = None
+        self._opened = False
+        self._wake = asyncio.Event()
+        self.up: bool | None = None  # None until the first connect attempt ends
+        self.reason: str | None = "not connected yet"  # why the store is not up
+        self._down_since = 0.0
+        self._sleep = asyncio.sleep  # the reconnect backoff's wait; a test steps through it
         backend = store.name
         ops = Counter("proxai_state_ops", "State store operations by backend, operation and outcome",
                       ("backend", "op", "outcome"), registry=registry)
         latency = Histogram("proxai_state_op_duration_seconds", "State store operation latency",
                             ("backend", "op"), buckets=_BUCKETS, registry=registry)
+        # Workers: 0 when any live worker cannot reach the store.
+        self._up_gauge = Gauge("proxai_state_store_up", "1 while the state store answers, 0 while it is down",
+                               ("backend",), registry=registry, multiprocess_mode="livemin").labels(backend)
 
         def observe(op: str, outcome: str, seconds: float) -> None:
             ops.labels(backend, op, outcome).inc()
             latency.labels(backend, op).observe(seconds)
+            if outcome == "error":
+                self._wake.set()  # probe now rather than at the next tick
 
         store.observer = observe
 
     # --- lifecycle ---
 
     async def start(self) -> None:
-        await self.store.open()
-        if self._secret is not None:
-            self._key = self._secret
+        """Connect; a remote store (Redis) that cannot be reached does not stop startup: the
+        proxy serves what needs no store and reconnects in the background."""
+        try:
+            await self._connect()
+        except StateError as exc:
+            if not self.store.remote:
+                raise  # a local file that cannot open will not heal by waiting
+            self._went_down(str(exc))
         else:
-            # One random key per store, shared by every worker and instance that uses it.
-            await self.store.kv_set(_TENANT_KEY, secrets.token_bytes(32), only_if_absent=True)
-            self._key = await self.store.kv_get(_TENANT_KEY)
-        await self._sweep()
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_forever())
+            self._came_up()
+            await self._sweep()
+        loop = asyncio.get_running_loop()
+        self._supervisor = loop.create_task(self._supervise())
+        self._sweeper = loop.create_task(self._sweep_forever())
 
     async def ready(self) -> str | None:
-        """The `/readyz` check: None while the store answers, else why not."""
-        try:
-            await self.store.kv_get(_TENANT_KEY)
-        except Exception as exc:
-            return f"state store unreachable ({type(exc).__name__})"
-        return None
+        """The `/readyz` check: None while the store is up, else why not. No I/O: the
+        supervisor's last probe answers, so a slow store cannot slow the probe down."""
+        return None if self.up else self.reason
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in (self._supervisor, self._sweeper):
+            if task is None:
+                continue
+            task.cancel()
             try:
-                await self._sweeper
+                await task
             except (asyncio.CancelledError, Exception):
                 pass
         await self.store.close()
+
+    async def _connect(self) -> None:
+        if not self._opened:
+            await self.store.open()
+            self._opened = True
+        else:
+            await self.store.ping()
+        self.store.outage = None  # the backend answers: let the tenant key through
+        await self._resolve_key()
+
+    async def _resolve_key(self) -> None:
+        if self._secret is not None:
+            self._key = self._secret
+            return
+        # One random key per store, shared by every worker and instance that uses it. A
+        # process that has one offers it: a store that lost it (Redis restarted without
+        # persistence) gets the same key back, so instances keep agreeing on tenants.
+        offered = self._key or secrets.token_bytes(32)
+        await self.store.kv_set(_TENANT_KEY, offered, only_if_absent=True)
+        key = await self.store.kv_get(_TENANT_KEY)
+        if not key:
+            raise StateError("the tenant key could not be read back from the state store")
+        self._key = key
+
+    async def _supervise(self) -> None:
+        """While up, probe; while down, reconnect with a doubling backoff, capped."""
+        delay = RECONNECT_MIN_SECS
+        while True:
+            if self.up:
+                await self._watch()
+                delay = RECONNECT_MIN_SECS
+            else:
+                await self._sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_SECS)
+                await self._reconnect()
+
+    async def _watch(self) -> None:
+        """One probe, PROBE_EVERY_SECS after the last or at once after a failed operation."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), PROBE_EVERY_SECS)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+        try:
+            await self.store.ping()
+        except StateError as exc:
+            self._went_down(str(exc))
+
+    async def _reconnect(self) -> None:
+        try:
+            await self._connect()
+        except StateError as exc:
+            self.reason = self.store.outage = str(exc)  # no log line: one per change, not per attempt
+        else:
+            self._came_up()
+
+    def _went_down(self, reason: str) -> None:
+        self.reason = reason
+        self.store.outage = reason
+        self._up_gauge.set(0)
+        if self.up is not False:
+            self._down_since = time.monotonic()
+            log.warning("state store %s (%s) is down: %s; stateful Responses requests get 503 until it is back, "
+                        "reconnecting in the background", self.store.name, self.store.location, reason)
+        self.up = False
+
+    def _came_up(self) -> None:
+        was_down = self.up is False
+        self.up, self.reason = True, None
+        self.store.outage = None
+        self._up_gauge.set(1)
+        if was_down:
+            log.info("state store %s (%s) is back after %.1fs", self.store.name, self.store.location,
+                     time.monotonic() - self._down_since)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -126,6 +220,8 @@ class ResponsesState:
             await self._sweep()
 
     async def _sweep(self) -> None:
+        if not self.up:
+            return  # nothing to sweep in a store that is not there
         try:
             removed = await self.store.sweep()
         except StateError as exc:
@@ -141,7 +237,8 @@ class ResponsesState:
         auth = request.headers.get("Authorization", "")
         if presented is None and auth[:7].lower() == "bearer ":
             presented = auth[7:].strip()
-        assert self._key is not None, "state not started"
+        if not self.up or self._key is None:  # no I/O to learn what the supervisor knows already
+            raise StateUnavailable(f"the state store is unavailable: {self.reason}")
         try:
             material = (presented or "").encode()
         except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp hands them over as surrogates)
@@ -152,13 +249,16 @@ class ResponsesState:
 
     async def begin(self, request: web.Request, body: dict, provider: str) -> "Turn":
         """Resolve previous_response_id into `body["input"]` (in place) and open the turn."""
-        tenant = self.tenant(request)
         new_items = _input_items(body.get("input"))
         parent_id = body.get("previous_response_id")
+        if parent_id is not None and (not isinstance(parent_id, str) or not parent_id):
+            raise E.InvalidRequest("previous_response_id must be a non-empty string", param="previous_response_id")
+        store = body.get("store") is not False
+        # A turn that neither continues nor is stored needs no tenant, so no store: it is
+        # served while the store is down. One that does fails here, before the provider is called.
+        tenant = self.tenant(request) if parent_id is not None or store else ""
         chain_ids: set = set()
         if parent_id is not None:
-            if not isinstance(parent_id, str) or not parent_id:
-                raise E.InvalidRequest("previous_response_id must be a non-empty string", param="previous_response_id")
             chain = await self._chain(tenant, parent_id)
             history: list = []
             for record in chain:
@@ -167,7 +267,6 @@ class ResponsesState:
                 history.extend(record.output_items)
             body["input"] = history + copy.deepcopy(new_items)
             del body["previous_response_id"]
-        store = body.get("store") is not False
         turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store, chain_ids)
         if store:
             size = len(orjson.dumps(new_items))

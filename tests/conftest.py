@@ -160,7 +160,7 @@ SLOW_MODULES = frozenset({
     # real processes, signals, fd limits, bombs and soaks; stalled uploads wait out their deadline
     "test_hardening_process.py", "test_hardening_bombs.py", "test_hardening_ingress.py", "test_hardening_upstream.py",
     "test_hardening_round3.py",
-    "test_state_processes.py", "test_resilience_processes.py", "test_bench_faults.py", "test_bench_cache_smoke.py",
+    "test_state_processes.py", "test_readiness_degraded.py", "test_resilience_processes.py", "test_bench_faults.py", "test_bench_cache_smoke.py",
     "test_inspector_browser.py",  # headless Chromium
     "test_real_clients.py",  # the real coding-agent CLIs
     "test_corpus_fidelity.py", "test_corpus_replay_e2e.py",  # every recorded item toward every protocol
@@ -173,6 +173,8 @@ SLOW_TESTS = frozenset({  # module::function (every parametrization)
     "test_cli.py::test_server_py_rejects_bad_arguments",
     "test_cli.py::test_non_loopback_bind_without_api_keys_warns",
     "test_cli.py::test_loopback_bind_does_not_warn",
+    "test_log_format.py::test_human_lines_carry_milliseconds_the_utc_offset_and_the_pid",
+    "test_log_format.py::test_json_lines_add_the_pid_and_keep_their_keys",
     "test_capture.py::test_capture_show_and_list",
     "test_capture.py::test_serve_capture_flag",
     "test_translate_cli.py::test_console_entry_point",

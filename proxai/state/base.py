@@ -77,12 +77,23 @@ class StateStore:
     limits, expiry and metrics."""
 
     name = "base"
+    # A network service (Redis) may be down for a while and come back: the server starts
+    # without it and reconnects. A local store that cannot open is a misconfiguration.
+    remote = False
 
     def __init__(self, *, ttl_secs: float | None = None, max_chain_depth: int = 1000, max_record_bytes: int = 16 * 1024 * 1024):
         self.ttl_secs = ttl_secs
         self.max_chain_depth = max_chain_depth
         self.max_record_bytes = max_record_bytes
         self.observer = None  # callable(op, outcome, seconds), set by the owner for metrics
+        # Set by the owner while the backend is known to be down: every operation then fails
+        # at once with this reason, rather than each waiting on the backend's timeouts.
+        self.outage: str | None = None
+
+    @property
+    def location(self) -> str:
+        """Where the backend is, for the operator's log (never credentials)."""
+        return self.name
 
     # --- lifecycle ---
 
@@ -91,6 +102,15 @@ class StateStore:
 
     async def close(self) -> None:
         pass
+
+    async def ping(self) -> None:
+        """Raise StateError unless the backend answers; `outage` does not apply."""
+        try:
+            await self._ping()
+        except StateError:
+            raise
+        except Exception as exc:
+            raise StateError(f"the {self.name} state backend failed ({type(exc).__name__})") from exc
 
     # --- records ---
 
@@ -158,6 +178,10 @@ class StateStore:
     # --- helpers ---
 
     async def _timed(self, op: str, coro, misses: bool = True):
+        if self.outage is not None:
+            coro.close()
+            self._observe(op, "unavailable", 0.0)
+            raise StateError(self.outage)
         started = time.perf_counter()
         try:
             result = await coro
@@ -183,6 +207,9 @@ class StateStore:
         return time.time() + ttl_secs if ttl_secs else None
 
     # --- backend methods ---
+
+    async def _ping(self) -> None:
+        await self._kv_get("state:ping")
 
     async def _put(self, record: ResponseRecord, data: bytes, only_if_absent: bool) -> bool:
         raise NotImplementedError

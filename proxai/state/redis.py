@@ -4,6 +4,8 @@ script, one round trip however deep the conversation."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from proxai.state.base import ChainTooDeep, ResponseRecord, StateError, StateStore
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -54,6 +56,7 @@ return 1
 
 class RedisStore(StateStore):
     name = "redis"
+    remote = True
 
     def __init__(self, url: str | None = None, **limits):
         super().__init__(**limits)
@@ -80,6 +83,21 @@ class RedisStore(StateStore):
         if self._redis is not None:
             await self._redis.aclose()
             self._redis = None
+
+    @property
+    def location(self) -> str:
+        parts = urlsplit(self.url)
+        if parts.scheme == "unix":
+            return parts.path
+        try:
+            return f"{parts.hostname}:{parts.port or 6379}"
+        except ValueError:  # a malformed port: the config names it already
+            return "?"
+
+    async def _ping(self) -> None:
+        if self._redis is None:
+            raise StateError("the redis state backend is not open")
+        await self._redis.ping()
 
     @staticmethod
     def _rkey(tenant: str, response_id: str) -> str:

@@ -78,6 +78,10 @@ class SqliteStore(StateStore):
             self._executor = None
             raise StateError(f"cannot open the sqlite state file {self.path}: {exc}") from None
 
+    @property
+    def location(self) -> str:
+        return str(self.path)
+
     async def close(self) -> None:
         if self._executor is None:
             return
