@@ -54,12 +54,38 @@ class RuleError(ProxaiError):
         super().__init__(where + problem)
 
 
-class ConfigError(ProxaiError):
-    """An invalid config file. `problems` lists (path, message); the path is dotted."""
+class Problem(tuple):
+    """One problem of a config: a (path, message) pair to whoever unpacks or compares it, that
+    may also know its place in the file (1-based line and column) and a hint ("did you mean ...?")."""
 
-    def __init__(self, problems: list[tuple[str, str]]):
-        self.problems = problems
-        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in problems))
+    def __new__(cls, path: str, message: str, *, line: int | None = None, column: int | None = None,
+                hint: str | None = None):
+        self = super().__new__(cls, (path, message))
+        self.line, self.column, self.hint = line, column, hint
+        return self
+
+    def text(self, file: str | None = None) -> str:
+        """`FILE:LINE:COL: key.path: message (hint)`, leaving out the parts it does not know."""
+        path, message = self
+        where = ":".join(str(x) for x in (file, self.line, self.column) if x is not None)
+        body = f"{path}: {message}" if path else message
+        body += f" ({self.hint})" if self.hint else ""
+        return f"{where}: {body}" if where else body
+
+
+class ConfigError(ProxaiError):
+    """An invalid config file. `problems` lists (path, message) pairs (Problem, or plain
+    pairs); the path is dotted. `file` is the config file, when there is one."""
+
+    def __init__(self, problems: list[tuple[str, str]], file: str | None = None):
+        self.problems, self.file = problems, file
+        super().__init__("\n".join(self.lines()))
+
+    def lines(self) -> list[str]:
+        """One line per problem, in file order (unplaced problems first)."""
+        placed = [p if isinstance(p, Problem) else Problem(*p) for p in self.problems]
+        placed.sort(key=lambda p: (p.line or 0, p.column or 0))
+        return [p.text(self.file) for p in placed]
 
 
 class ProxyError(ProxaiError):

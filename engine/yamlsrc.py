@@ -114,16 +114,49 @@ class YAMLLimitError(yaml.YAMLError):
         self.problem, self.problem_mark = problem, mark
 
 
-def _load_checked(text: str, loader_class):
+def _load_checked(text: str, loader_class, marks: dict | None = None):
     loader = loader_class(text)
     try:
         node = loader.get_single_node()
         if node is None:
             return None
         check_expansion(node)
-        return loader.construct_document(node)
+        doc = loader.construct_document(node)
+        if marks is not None:
+            marks.update(node_marks(loader, node))
+        return doc
     finally:
         loader.dispose()
+
+
+def node_marks(loader, root) -> dict:
+    """Where each entry of a composed document starts: {path: (line, column)}, 1-based, a path
+    being the tuple of keys and list indexes that leads to it (() is the document itself).
+    A mapping entry is placed at its key, a list item at the item.
+
+    Run after construction: that has flattened `<<` merges into the mapping nodes, and a later
+    pair overriding an earlier one here matches the dict that was built."""
+    marks = {(): _mark(root.start_mark)}
+    stack = [((), root)]
+    visited = 0
+    while stack and visited < MAX_NODES:  # the bound also stops a recursive alias
+        path, node = stack.pop()
+        visited += 1
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    key = path + (loader.construct_object(key_node),)
+                    marks[key] = _mark(key_node.start_mark)
+                    stack.append((key, value_node))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, child in enumerate(node.value):
+                marks[path + (i,)] = _mark(child.start_mark)
+                stack.append((path + (i,), child))
+    return marks
+
+
+def _mark(mark) -> tuple[int, int]:
+    return mark.line + 1, mark.column + 1
 
 
 def check_expansion(root) -> None:
@@ -184,9 +217,10 @@ def _strict_mapping(loader, node):
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _strict_mapping)
 
 
-def safe_load_strict(text: str):
-    """`yaml.safe_load`, except that duplicate keys and alias bombs are errors."""
-    return _load_checked(text, _StrictLoader)
+def safe_load_strict(text: str, marks: dict | None = None):
+    """`yaml.safe_load`, except that duplicate keys and alias bombs are errors. A `marks`
+    dict is filled with where each entry starts (see `node_marks`)."""
+    return _load_checked(text, _StrictLoader, marks)
 
 
 def line_of(node, default: int = 0) -> int:

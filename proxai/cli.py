@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve_args(serve)
     serve.set_defaults(func=_cmd_serve)
 
-    check = sub.add_parser("check-config", help="validate a config file; prints the path of each problem")
+    check = sub.add_parser("check-config", help="validate a config file; prints FILE:LINE:COL: key.path: message per problem")
     check.add_argument("file", metavar="FILE")
     check.set_defaults(func=_cmd_check_config)
 
@@ -140,7 +140,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     try:
         config = load_config()
     except ConfigError as exc:
-        _print_problems(args.config, exc)
+        _print_problems(exc)
         return 1
     logs.setup(args.log_level or config.log_level, args.log_format or config.log_format)
     if args.workers < 1:
@@ -274,7 +274,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     try:
         config = load_file(args.file)
     except ConfigError as exc:
-        _print_problems(args.file, exc)
+        _print_problems(exc)
         return 1
     try:
         reload.prepare(config)  # the rules and router, exactly as `serve` and a reload build them
@@ -290,9 +290,10 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_problems(file: str, exc: ConfigError) -> None:
-    for path, message in exc.problems:
-        print(f"{file}: {path}: {message}" if path else f"{file}: {message}", file=sys.stderr)
+def _print_problems(exc: ConfigError) -> None:
+    """`FILE:LINE:COL: key.path: message`, one line per problem, in file order."""
+    for line in exc.lines():
+        print(line, file=sys.stderr)
 
 
 # --- lint --------------------------------------------------------------------------------------

@@ -1,12 +1,14 @@
 """The config file: YAML, `${ENV}` expansion, schema validation, defaults.
 
 Every problem is reported with its dotted path (`providers.ant.protocol`), all
-problems at once, as a ConfigError.
+problems at once, as a ConfigError; from a file, each also with the line and
+column it is at (`proxai.yaml:12:5: providers.ant.protocol: ...`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 import re
@@ -18,6 +20,7 @@ import jsonschema
 import yaml
 
 from proxai.errors import ANTHROPIC, CHAT, GEMINI, ConfigError
+from engine.errors import Problem
 from engine import yamlsrc
 from engine.ruleset import SCHEMAS
 
@@ -211,15 +214,16 @@ def load_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError([("", f"cannot read config file {p}: {exc.strerror or exc}")]) from None
+        raise ConfigError([("", f"cannot read config file: {exc.strerror or exc}")], str(p)) from None
+    marks: dict[tuple[Any, ...], tuple[int, int]] = {}
     try:
-        doc = yamlsrc.safe_load_strict(text)  # duplicate keys and alias bombs are errors
+        doc = yamlsrc.safe_load_strict(text, marks)  # duplicate keys and alias bombs are errors
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError([("", f"{p}: {problem}{where}")]) from None
-    cfg = load_dict({} if doc is None else doc, env)
+        raise ConfigError([_syntax_problem(exc, text)], str(p)) from None
+    try:
+        cfg = load_dict({} if doc is None else doc, env)
+    except ConfigError as exc:
+        raise _placed(exc, {dotted(k): v for k, v in marks.items()}, str(p)) from None
     rules_dir = cfg.rules_dir
     if rules_dir and not Path(rules_dir).is_absolute():
         rules_dir = str(p.parent / rules_dir)  # relative to the config file, not the working directory
@@ -240,13 +244,19 @@ def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
     validator = jsonschema.Draft202012Validator(schema())
     for err in sorted(validator.iter_errors(doc), key=lambda e: [str(x) for x in e.absolute_path]):
         problems.extend(_describe(err))
+    references: list[tuple[str, str]] = []
+    _check_references(doc, references)
     for name, p in (doc.get("providers") or {}).items():
+        if not isinstance(p, dict):
+            continue  # the schema says so
         if "api_key" not in p and "api_keys" not in p:
             problems.append((f"providers.{name}.api_key", "required key is missing"))
         elif "api_key" in p and "api_keys" in p:
             problems.append((f"providers.{name}.api_keys", "give api_key or api_keys, not both"))
     for i, r in enumerate((doc.get("routing") or {}).get("routes") or ()):
         base = f"routing.routes[{i}]"
+        if not isinstance(r, dict):
+            continue
         if "provider" not in r and "providers" not in r:
             problems.append((f"{base}.provider", "required key is missing"))
         elif "provider" in r and "providers" in r:
@@ -256,8 +266,9 @@ def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
         if "strategy" in r and "providers" not in r:
             problems.append((f"{base}.strategy", "only with providers (a provider's keys follow providers.<name>.strategy)"))
     if problems:
-        raise ConfigError(_dedupe(problems))
+        raise ConfigError(_dedupe(problems + references))
     cfg = _build(doc)
+    problems = references
     _check_semantics(cfg, problems)
     if problems:
         raise ConfigError(problems)
@@ -327,6 +338,71 @@ def _schema_type_at(path: tuple[Any, ...]) -> str | None:
     return node.get("type") if isinstance(node, dict) else None
 
 
+# --- where a problem is ------------------------------------------------------------
+
+
+def _placed(exc: ConfigError, marks: dict[str, tuple[int, int]], file: str) -> ConfigError:
+    return ConfigError([_place(problem, marks) for problem in exc.problems], file)
+
+
+def _place(problem: tuple[str, str], marks: dict[str, tuple[int, int]]) -> Problem:
+    path, message = problem
+    line, column = _mark_of(path, marks) or (None, None)
+    return Problem(path, message, line=line, column=column, hint=getattr(problem, "hint", None))
+
+
+def _mark_of(path: str, marks: dict[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """Where `path` is in the file, else its nearest ancestor that is (so a missing key points
+    at the mapping that lacks it)."""
+    if path in marks:
+        return marks[path]
+    # Matched on whole segments: a provider named `a.b` is one key, so no string splitting.
+    best = ""
+    for known in marks:
+        if len(known) > len(best) and path.startswith(known) and path[len(known):len(known) + 1] in (".", "["):
+            best = known
+    return marks.get(best)
+
+
+def _syntax_problem(exc: yaml.YAMLError, text: str) -> Problem:
+    """A YAML syntax error, placed where the mistake is: an unclosed quote where it opened,
+    not at the end of the file (or the next quote) where the parser gave up."""
+    problem = getattr(exc, "problem", None) or "invalid YAML"
+    mark, context = getattr(exc, "problem_mark", None), getattr(exc, "context", None) or ""
+    opened = getattr(exc, "context_mark", None)
+    gave_up = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "the end"
+    if "quoted scalar" in context and opened is not None and re.search(r"end of stream|document", problem):
+        return Problem("", f"unclosed quote (the parser gave up at {gave_up}: {problem})",
+                       line=opened.line + 1, column=opened.column + 1)
+    runaway = _runaway_quote(text, mark) if isinstance(exc, yaml.parser.ParserError) else None
+    if runaway is not None:
+        return Problem("", f"unclosed quote? the quoted scalar opened here runs to line {runaway.end_mark.line + 1} "
+                       f"and takes in what looks like keys (the parser gave up at {gave_up}: {problem})",
+                       line=runaway.start_mark.line + 1, column=runaway.start_mark.column + 1)
+    if context and opened is not None:
+        problem += f" ({context} at line {opened.line + 1}, column {opened.column + 1})"
+    return Problem("", problem, line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None)
+
+
+def _runaway_quote(text: str, mark: Any) -> Any:
+    """The last quoted scalar before the parser's error that spans lines and holds `key: `:
+    a quote left open that the next quote closed. A multi-line quoted value is rare in a
+    config; one swallowing keys is almost surely the mistake."""
+    if mark is None:
+        return None
+    found = None
+    try:
+        for token in yaml.scan(text, Loader=yaml.SafeLoader):
+            if token.start_mark.index >= mark.index:
+                break
+            if (isinstance(token, yaml.ScalarToken) and token.style in ('"', "'")
+                    and token.end_mark.line > token.start_mark.line and re.search(r"\w: ", token.value)):
+                found = token
+    except yaml.YAMLError:
+        pass
+    return found
+
+
 # --- validation messages --------------------------------------------------------
 
 
@@ -345,7 +421,7 @@ def _describe(err: jsonschema.ValidationError) -> list[tuple[str, str]]:
     if err.validator == "additionalProperties" and isinstance(err.instance, dict):
         allowed = set(err.schema.get("properties", {}))
         extra = [k for k in err.instance if k not in allowed]
-        return [(dotted(path + [k]), "unknown key") for k in extra]
+        return [Problem(dotted(path + [k]), "unknown key", hint=_did_you_mean(k, allowed)) for k in extra]
     if err.validator == "required":
         missing = re.findall(r"'([^']+)' is a required property", err.message)
         return [(dotted(path + [m]), "required key is missing") for m in missing] or [(dotted(path), err.message)]
@@ -365,6 +441,11 @@ def _describe(err: jsonschema.ValidationError) -> list[tuple[str, str]]:
     if path and path[-1] in ("api_key", "secret") or "api_keys" in path:
         message = f"invalid value ({err.validator})"
     return [(dotted(path), message)]
+
+
+def _did_you_mean(name: Any, choices: Any) -> str | None:
+    close = difflib.get_close_matches(str(name), sorted(choices), n=1)
+    return f"did you mean {close[0]}?" if close else None
 
 
 def _dedupe(problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -474,6 +555,32 @@ def _check_pool(name: str, p: ProviderConfig, problems: list[tuple[str, str]]) -
         problems.append((f"{base}.api_keys", "the same key is listed twice"))
 
 
+def _check_references(doc: dict[str, Any], problems: list[tuple[str, str]]) -> None:
+    """Every provider name routing refers to is one of `providers`. Checked on the document,
+    beside the schema, so a typo in a name shows up with the schema's problems, not after them."""
+    known = doc.get("providers") if isinstance(doc.get("providers"), dict) else {}
+    routing = doc.get("routing") if isinstance(doc.get("routing"), dict) else {}
+    defaults = routing.get("default_providers")
+    for protocol, name in (defaults.items() if isinstance(defaults, dict) else ()):
+        _check_reference(f"routing.default_providers.{protocol}", name, known, problems)
+    routes = routing.get("routes")
+    for i, route in enumerate(routes if isinstance(routes, list) else ()):
+        if not isinstance(route, dict):
+            continue
+        base = f"routing.routes[{i}]"
+        _check_reference(f"{base}.provider", route.get("provider"), known, problems)
+        for key in ("providers", "fallbacks"):
+            entries = route.get(key)
+            for j, entry in enumerate(entries if isinstance(entries, list) else ()):
+                name = entry.get("provider") if isinstance(entry, dict) else entry
+                _check_reference(f"{base}.{key}[{j}]", name, known, problems)
+
+
+def _check_reference(path: str, name: Any, known: dict, problems: list[tuple[str, str]]) -> None:
+    if isinstance(name, str) and name not in known:  # not a string: the schema says so
+        problems.append(Problem(path, f"unknown provider {name!r}", hint=_did_you_mean(name, known)))
+
+
 def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
     from proxai.routing import compile_route
 
@@ -495,28 +602,19 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
                     problems.append((f"providers.{name}.{key}", "only valid for openai_chat_completions providers"))
     if cfg.state.backend == "redis" and cfg.state.url and not cfg.state.url.startswith(("redis://", "rediss://", "unix://")):
         problems.append(("state.url", "a redis backend needs a redis://, rediss:// or unix:// URL"))
-    for protocol, provider in cfg.default_providers.items():
-        if provider not in cfg.providers:
-            problems.append((f"routing.default_providers.{protocol}", f"unknown provider {provider!r}"))
     names: dict[str, int] = {}
     for i, route in enumerate(cfg.routes):
         base = f"routing.routes[{i}]"
         chain = [route.provider]
         if route.providers:
             chain = []
-            for j, d in enumerate(route.providers):
-                if d.provider not in cfg.providers:
-                    problems.append((f"{base}.providers[{j}]", f"unknown provider {d.provider!r}"))
-                elif d.provider in chain:
+            for j, d in enumerate(route.providers):  # unknown providers: _check_references
+                if d.provider in chain:
                     problems.append((f"{base}.providers[{j}]", f"provider {d.provider!r} is listed twice"))
                 chain.append(d.provider)
-        elif route.provider not in cfg.providers:
-            problems.append((f"{base}.provider", f"unknown provider {route.provider!r}"))
         balanced = set(chain) if route.providers else set()
         for j, fb in enumerate(route.fallbacks):
-            if fb.provider not in cfg.providers:
-                problems.append((f"{base}.fallbacks[{j}]", f"unknown provider {fb.provider!r}"))
-            elif fb.provider in balanced:
+            if fb.provider in balanced:
                 problems.append((f"{base}.fallbacks[{j}]", f"provider {fb.provider!r} is already one of this "
                                  f"route's providers ({', '.join(d.provider for d in route.providers)}); "
                                  "fallbacks are tried after all of them"))

@@ -86,8 +86,10 @@ def short_reason(reason: str, limit: int = 200) -> str:
 
 
 def describe(exc: BaseException, source: str | None) -> str:
+    """A failed reload's reason on one line; a config's problems as `check-config` prints
+    them (`FILE:LINE:COL: key.path: message`), joined by "; "."""
     if isinstance(exc, ConfigError):
-        return "; ".join(f"{path}: {message}" if path else message for path, message in exc.problems)
+        return "; ".join(exc.lines())
     return str(exc) or type(exc).__name__
 
 
@@ -115,7 +117,13 @@ class Reloader:
                                               with_router=old.router is not None)
             except Exception as exc:  # any problem keeps the old set: the server never serves half a reload
                 self.last_error = describe(exc, old.config.source)
-                log.error("reload failed, still serving generation %d: %s", old.number, self.last_error)
+                if isinstance(exc, ConfigError):  # one problem a line, exactly as check-config and startup show them
+                    lines = exc.lines()
+                    # One argument per line: the log escapes control characters in arguments only,
+                    # so the line breaks must be the format's.
+                    log.error("reload failed, still serving generation %d:" + "\n%s" * len(lines), old.number, *lines)
+                else:
+                    log.error("reload failed, still serving generation %d: %s", old.number, self.last_error)
                 return False
             moved = [key for key in ("host", "port") if getattr(config.server, key) != getattr(old.config.server, key)]
             if moved:

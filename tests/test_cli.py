@@ -46,12 +46,12 @@ def test_check_config_reports_each_problem_with_its_path(tmp_path, capsys, monke
     path = write_config(tmp_path, doc)
     assert cli.main(["check-config", str(path)]) == 1
     err = capsys.readouterr().err
-    assert f"{path}: providers.ant.api_key: environment variable PROXAI_TEST_UNSET is not set" in err
+    assert f"{path}:3:5: providers.ant.api_key: environment variable PROXAI_TEST_UNSET is not set" in err
     monkeypatch.setenv("PROXAI_TEST_UNSET", "x")
     assert cli.main(["check-config", str(path)]) == 1
     err = capsys.readouterr().err
-    assert f"{path}: server.prot: unknown key" in err
-    assert f"{path}: providers.ant.protocol: must be one of" in err
+    assert f"{path}:7:3: server.prot: unknown key" in err
+    assert f"{path}:5:5: providers.ant.protocol: must be one of" in err
 
 
 def test_check_config_missing_file(tmp_path, capsys):
@@ -151,7 +151,7 @@ def test_server_py_refuses_a_bad_config(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "server.py"), "--config", str(path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 1
-    assert f"{path}: providers: must not be empty" in proc.stderr
+    assert f"{path}:1:1: providers: must not be empty" in proc.stderr
 
 
 def test_proxai_serve_json_logs(tmp_path, harness):

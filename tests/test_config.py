@@ -138,8 +138,10 @@ def test_routes_are_checked_with_index_paths():
         }
     )
     found = problems(doc)
-    assert list(found) == ["routing.routes[2].match_kind"]
-    # semantic checks run once the schema passes; fix the schema problem and look again
+    # unknown providers are found beside the schema's problems; the other semantic checks run
+    # once the schema passes: fix the schema problem and look again
+    assert sorted(found) == ["routing.default_providers.anthropic_messages", "routing.routes[1].provider",
+                             "routing.routes[2].match_kind"]
     doc["routing"]["routes"][2]["match_kind"] = "exact"
     found = problems(doc)
     assert found["routing.default_providers.anthropic_messages"] == "unknown provider 'nope'"

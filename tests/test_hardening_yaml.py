@@ -40,7 +40,7 @@ def test_a_second_server_block_is_refused_not_silently_merged(tmp_path):
     cfg.write_text("server:\n  api_keys: [shared-secret]\n" + PROVIDERS + "server:\n  port: 18081\n")
     with pytest.raises(ConfigError) as info:
         load_file(cfg)
-    assert "duplicate key 'server' at line 8" in str(info.value)
+    assert "proxai.yaml:8:1: duplicate key 'server'" in str(info.value)
     result = _check_config(cfg)
     assert result.returncode == 1 and "duplicate key 'server'" in result.stderr and "ok" not in result.stdout
 

@@ -349,7 +349,8 @@ def test_sighup_reloads_the_running_server(harness, tmp_path, mock, workers):
         write(path, doc)
         proc.send_signal(signal.SIGHUP)
         for _ in range(workers):
-            _wait_for(proc, r"reload failed, still serving generation 2: routing.routes\[0\].match_kind", lines)
+            _wait_for(proc, r"reload failed, still serving generation 2:$", lines)
+            _wait_for(proc, r"^\S*proxai\.yaml:\d+:\d+: routing\.routes\[0\]\.match_kind: must be one of", lines)
         assert finish(client) == "length"
         assert proc.poll() is None
         client.close()
