@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hmac
 import json
 import logging
 import os
@@ -18,7 +17,7 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, count_tokens, gemini_client, ingress, inspector, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
+from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -64,6 +63,7 @@ class Proxy:
         self.inspector = inspector.Inspector(settings.max_requests, self.recorder and self.recorder.root) if settings.enabled else None
         self.metrics = Metrics(in_flight=lambda: self.active, config=lambda: self.config)
         self.state = responses_state.build(config, self.metrics)  # None: state.backend none
+        self.limits = limits.Limits(self.state.store if self.state is not None else None)
         self.tracing = tracing.setup(config.tracing)  # a no-op unless tracing.enabled and the otel extra
         self.readiness = readiness.Readiness()
         self.readiness.add("rules", lambda: None if self.live.engine.codecs else "no rules loaded")
@@ -163,7 +163,11 @@ class Proxy:
         if self.inspector is not None:
             request[CAPTURE_KEY] = self.inspector.open(info, request.get(CAPTURE_KEY))
         server = self.config.server
-        return await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
+        raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
+        client = info.get("_client")
+        if client is not None and client.limited:
+            await self.limits.admit(client)
+        return raw
 
     def route(self, model: str, protocol: str, info: dict) -> RouteMatch:
         """The route for `model` from a `protocol` client, noted for the request's log line."""
@@ -188,22 +192,13 @@ class Proxy:
             if shared is not None:
                 shared.dec()
 
-    def _authorize(self, request: web.Request) -> None:
-        keys = self.config.server.api_keys
-        if not keys:
-            return
-        presented = request.headers.get("x-api-key")
-        auth = request.headers.get("Authorization", "")
-        if presented is None and auth[:7].lower() == "bearer ":
-            presented = auth[7:].strip()
-        ok = False
-        if presented:
-            # aiohttp hands non-UTF-8 header bytes over as surrogates: such a key matches none.
-            candidate = presented.encode("utf-8", "surrogateescape")
-            for key in keys:  # compare against every key so timing says nothing about which matched
-                ok |= hmac.compare_digest(candidate, key.encode())
-        if not ok:
-            raise E.Unauthorized("missing or invalid API key for this proxy")
+    def _authorize(self, request: web.Request, key: str | None = None) -> None:
+        """Check the client key (`key`, else the one in x-api-key or Authorization) against
+        server.api_keys; the matched client's name goes on the request's log record."""
+        info = request.get(INFO_KEY)
+        client = clients.authorize(self.config.server.clients, key if key is not None else clients.presented(request.headers), info)
+        if client is not None and info is not None:
+            info["_client"] = client
 
     async def _proxy(self, request: web.Request, protocol: str, info: dict[str, Any], raw: bytes) -> web.StreamResponse:
         cap = request.get(CAPTURE_KEY)
@@ -216,6 +211,11 @@ class Proxy:
         info.update(model=model, stream=stream)
         assert self.router is not None
         match = self.route(model, protocol, info)
+        async with self.limits.stream_slot(info, stream):
+            return await self._serve(request, protocol, match, body, raw, stream, info)
+
+    async def _serve(self, request: web.Request, protocol: str, match: RouteMatch, body: dict, raw: bytes,
+                     stream: bool, info: dict[str, Any]) -> web.StreamResponse:
         provider = match.provider
         plan = self.resilience.pools.plan(match)
         if plan is None:  # one key, no fallbacks: nothing to choose or retry
@@ -351,6 +351,9 @@ class Proxy:
                 info["translation_error"] = "stream"
             if observer.error_rule:
                 info["rule"] = observer.error_rule
+        slot = info.get("_stream_slot")
+        if slot is not None:  # free before the end reaches the client: an agent's next turn must find it free
+            await slot.release()
         if info["outcome"] != Outcome.CLIENT_DISCONNECTED:
             try:
                 await response.write_eof()
@@ -608,6 +611,10 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
                     for note in notes:
                         log.debug("translation: %s", note)
             log_request(**info)
+            client = info.get("_client")
+            if client is not None and client.tokens_per_minute is not None:
+                tokens = (info.get("input_tokens") or 0) + (info.get("output_tokens") or 0)
+                await request.app[PROXY_KEY].limits.spend(client, tokens)
             if paths.canonical(request.path) in PATHS or gemini_client.split(request.path):
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:

@@ -30,7 +30,7 @@ PHASES = CAPTURE_PHASES
 SUFFIX = ".http"
 SUMMARY_SUFFIX = ".summary.json"
 SUMMARY_FIELDS = ("method", "path", "model", "status", "duration_ms", "client_protocol", "provider_protocol", "outcome",
-                  "route", "provider", "key", "attempts")  # which deployment and key (fingerprint) served
+                  "route", "provider", "key", "attempts", "client")  # which deployment and key (fingerprint) served, for whom
 REDACTED = "[redacted]"
 
 # Header names whose values are credentials, plus any name containing one of the

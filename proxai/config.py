@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -45,12 +46,42 @@ class InspectorConfig:
 
 
 @dataclass(frozen=True)
+class ClientKey:
+    """One entry of `server.api_keys`: the key a client presents, the name logs, metrics,
+    captures and the inspector show for it (never the key), and its limits (None: none)."""
+
+    key: str
+    name: str
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    concurrent_streams: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return any(v is not None for v in (self.requests_per_minute, self.tokens_per_minute, self.concurrent_streams))
+
+
+def key_fingerprint(key: str) -> str:
+    """A short, stable name for a key in logs, metrics and captures (never the key)."""
+    return "k-" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def _client_key(entry: Any) -> ClientKey:
+    if isinstance(entry, str):  # a plain key is named by its fingerprint
+        return ClientKey(entry, key_fingerprint(entry))
+    limits = entry.get("limits") or {}
+    return ClientKey(entry["key"], entry["name"], limits.get("requests_per_minute"), limits.get("tokens_per_minute"),
+                     limits.get("concurrent_streams"))
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_request_body_bytes: int = 52428800
     max_concurrent_requests: int = 64
-    api_keys: tuple[str, ...] = ()
+    api_keys: tuple[str, ...] = ()  # the keys of `clients`, in order
+    clients: tuple[ClientKey, ...] = ()
     # Without api_keys: web pages and Host names let in besides this machine's (proxai/origin.py).
     allowed_origins: tuple[str, ...] = ()
     allowed_hosts: tuple[str, ...] = ()
@@ -487,6 +518,7 @@ def _build(doc: dict[str, Any]) -> Config:
     )
     capture = dict.fromkeys(CAPTURE_PHASES, False)
     capture.update(doc.get("capture", {}))
+    clients = tuple(_client_key(entry) for entry in server.get("api_keys", ()))
     return Config(
         providers=providers,
         server=ServerConfig(
@@ -494,7 +526,8 @@ def _build(doc: dict[str, Any]) -> Config:
             port=server.get("port", DEFAULT_PORT),
             max_request_body_bytes=server.get("max_request_body_bytes", 52428800),
             max_concurrent_requests=server.get("max_concurrent_requests", 64),
-            api_keys=tuple(server.get("api_keys", ())),
+            api_keys=tuple(c.key for c in clients),
+            clients=clients,
             allowed_origins=tuple(server.get("allowed_origins", ())),
             allowed_hosts=tuple(server.get("allowed_hosts", ())),
             metrics=MetricsConfig(**server.get("metrics", {})),
@@ -555,6 +588,18 @@ def _check_pool(name: str, p: ProviderConfig, problems: list[tuple[str, str]]) -
         problems.append((f"{base}.api_keys", "the same key is listed twice"))
 
 
+def _check_clients(clients: tuple[ClientKey, ...], problems: list[tuple[str, str]]) -> None:
+    keys: set[str] = set()
+    names: set[str] = set()
+    for i, client in enumerate(clients):
+        if client.key in keys:
+            problems.append((f"server.api_keys[{i}]", "the same key is listed twice"))
+        if client.name in names:
+            problems.append((f"server.api_keys[{i}].name", f"the name {client.name!r} is given twice"))
+        keys.add(client.key)
+        names.add(client.name)
+
+
 def _check_references(doc: dict[str, Any], problems: list[tuple[str, str]]) -> None:
     """Every provider name routing refers to is one of `providers`. Checked on the document,
     beside the schema, so a typo in a name shows up with the schema's problems, not after them."""
@@ -588,6 +633,7 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
         problems.append(("server.metrics.require_auth", "needs server.api_keys (the keys /metrics then requires)"))
     if not cfg.server.inspector.loopback_only and not cfg.server.api_keys:
         problems.append(("server.inspector.loopback_only", "false needs server.api_keys (the keys /_proxai/ then requires)"))
+    _check_clients(cfg.server.clients, problems)
     for name, p in cfg.providers.items():
         _check_pool(name, p, problems)
         if p.protocol != ANTHROPIC:

@@ -10,7 +10,6 @@ never forwarded or written down (captures redact the query).
 from __future__ import annotations
 
 import dataclasses
-import hmac
 
 import orjson
 from aiohttp import web
@@ -50,18 +49,8 @@ def presented_key(request: web.Request) -> str | None:
 
 
 def authorize(proxy, request: web.Request) -> None:
-    keys = proxy.config.server.api_keys
-    if not keys:
-        return
-    presented = presented_key(request)
-    if presented is None:
-        return proxy._authorize(request)  # a bearer token or x-api-key, as other clients send
-    candidate = presented.encode("utf-8", "surrogateescape")
-    ok = False
-    for key in keys:  # every key compared: timing says nothing about which matched
-        ok |= hmac.compare_digest(candidate, key.encode())
-    if not ok:
-        raise E.Unauthorized("missing or invalid API key for this proxy")
+    # x-goog-api-key or ?key=, else a bearer token or x-api-key, as other clients send
+    proxy._authorize(request, presented_key(request))
 
 
 def register(app: web.Application, proxy, info_key, capture_key) -> None:
@@ -84,7 +73,8 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
                 cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), raw)
             if method == COUNT:
                 return await count(proxy, request, info, raw, model)
-            return await generate(proxy, request, info, raw, model, GENERATE[method])
+            async with proxy.limits.stream_slot(info, GENERATE[method]):
+                return await generate(proxy, request, info, raw, model, GENERATE[method])
 
     async def list_models(request: web.Request) -> web.Response:
         authorize(proxy, request)

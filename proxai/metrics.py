@@ -52,7 +52,7 @@ _TOKEN_KINDS = (("input_tokens", "input"), ("output_tokens", "output"),
 
 _UPSTREAM_ERROR_KINDS = frozenset({"upstream_error", "upstream_unreachable", "upstream_timeout", "upstream_protocol", "upstream"})
 
-_REQUEST_LABELS = ("client_protocol", "provider_protocol", "provider", "route", "upstream_model")
+_REQUEST_LABELS = ("client_protocol", "provider_protocol", "provider", "route", "upstream_model", "client")
 
 _shared_dir: str | None = None  # set in each worker by share()
 
@@ -152,7 +152,9 @@ class Metrics:
         """Count one finished request from its log fields."""
         client = info.get("client_protocol") or NONE
         provider = info.get("provider_protocol") or NONE
-        where = (client, provider, info.get("provider") or NONE, info.get("route") or NONE, self._model_label(info))
+        # client: the name of the server.api_keys entry (bounded by the config), none without keys
+        where = (client, provider, info.get("provider") or NONE, info.get("route") or NONE, self._model_label(info),
+                 info.get("client") or NONE)
         stream = "true" if info.get("stream") else "false"
         child = self._child
         child(self.requests, *where, str(info.get("status", 0)), outcome_label(info)).inc()

@@ -15,7 +15,6 @@ Within one provider, the pool's `strategy` orders the keys:
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import itertools
 import random
 import re
@@ -23,14 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from proxai.balance import Balancer, pinned_key, rendezvous
-from proxai.config import Config, ProviderConfig
+from proxai.config import Config, ProviderConfig, key_fingerprint
 from proxai.errors import ANTHROPIC
 from proxai.routing import RouteMatch
 
 
-def fingerprint(key: str) -> str:
-    """A short, stable name for a key in logs, metrics and captures (never the key)."""
-    return "k-" + hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+fingerprint = key_fingerprint
 
 
 @dataclass(eq=False)

@@ -40,7 +40,7 @@ from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
 from proxai import errors as E
-from proxai import requestid
+from proxai import clients, requestid
 from proxai.errors import RESPONSES
 from proxai.state import ChainTooDeep, RecordTooLarge, ResponseRecord, StateError, StateStore, create
 
@@ -233,10 +233,7 @@ class ResponsesState:
     # --- tenancy ---
 
     def tenant(self, request: web.Request) -> str:
-        presented = request.headers.get("x-api-key")
-        auth = request.headers.get("Authorization", "")
-        if presented is None and auth[:7].lower() == "bearer ":
-            presented = auth[7:].strip()
+        presented = clients.presented(request.headers)
         if not self.up or self._key is None:  # no I/O to learn what the supervisor knows already
             raise StateUnavailable(f"the state store is unavailable: {self.reason}")
         try:
@@ -602,8 +599,10 @@ async def remember_passthrough(proxy, request: web.Request, response_id: str | N
         return
     try:
         await state.store.kv_set(_OWNER_KEY + response_id, state.tenant(request).encode(), ttl_secs=state.store.ttl_secs)
-    except StateError as exc:
-        raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+    except (StateError, StateUnavailable) as exc:
+        # The provider has answered and holds the response: it is served. Unnoted, the id is
+        # forwarded later only while the proxy has at most one tenant (_may_forward).
+        log.warning("state: the owner of a passed-through response could not be noted: %s", exc)
 
 
 async def _may_forward(proxy, request: web.Request, response_id: str) -> bool:

@@ -159,7 +159,7 @@ SLOW_MODULES = frozenset({
     "test_stream_integrity.py", "test_upstream_faults.py",  # long streams, stalls and timeouts
     # real processes, signals, fd limits, bombs and soaks; stalled uploads wait out their deadline
     "test_hardening_process.py", "test_hardening_bombs.py", "test_hardening_ingress.py", "test_hardening_upstream.py",
-    "test_hardening_round3.py",
+    "test_hardening_round3.py", "test_client_keys.py",
     "test_state_processes.py", "test_readiness_degraded.py", "test_resilience_processes.py", "test_bench_faults.py", "test_bench_cache_smoke.py",
     "test_inspector_browser.py",  # headless Chromium
     "test_real_clients.py",  # the real coding-agent CLIs

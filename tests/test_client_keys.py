@@ -72,6 +72,11 @@ def test_the_name_not_the_key_is_what_captures_and_the_inspector_show(harness, s
     with urllib.request.urlopen(req, timeout=10) as resp:
         rows = json.loads(resp.read())["requests"]
     assert {row.get("client") for row in rows} == {"team-a", "k-" + _fingerprint(KEYS["team-b"])}
+    logged = [r.get("client") for r in srv.request_records() if r.get("path") == "/v1/chat/completions"]
+    assert sorted(logged) == sorted(["team-a", "k-" + _fingerprint(KEYS["team-b"])])
+    metrics = srv.get("/metrics").decode()
+    assert 'client="team-a",client_protocol="openai_chat_completions"' in metrics
+    assert f'client="k-{_fingerprint(KEYS["team-b"])}",client_protocol=' in metrics
     everything = srv.log_path.read_text() + "".join(p.read_text(errors="replace") for p in tmp_path.rglob("*.json"))
     assert KEYS["team-a"] not in everything and KEYS["team-b"] not in everything
 

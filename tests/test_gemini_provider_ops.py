@@ -138,10 +138,12 @@ def test_metrics_and_log_usage_name_the_gemini_provider(start_proxy, harness, mo
     where = 'provider="gemini",provider_protocol="gemini_generate_content",route="gemini"'
     model = 'upstream_model="(from model)"'  # the route's $1: the client's model decides it
     for outcome in ("none", "complete"):  # not streamed; streamed
-        assert ('proxai_requests_total{client_protocol="openai_chat_completions",'
+        assert ('proxai_requests_total{client="none",client_protocol="openai_chat_completions",'
                 f'outcome="{outcome}",{where},status="200",{model}}} 1.0') in text
-    assert f'proxai_tokens_total{{client_protocol="openai_chat_completions",kind="input",{where},{model}}} 40.0' in text
-    assert f'proxai_tokens_total{{client_protocol="openai_chat_completions",kind="cache_read",{where},{model}}} 5.0' in text
+    assert (f'proxai_tokens_total{{client="none",client_protocol="openai_chat_completions",kind="input",{where},{model}}} '
+            '40.0') in text
+    assert (f'proxai_tokens_total{{client="none",client_protocol="openai_chat_completions",kind="cache_read",{where},'
+            f'{model}}} 5.0') in text
 
 
 def test_capture_shows_the_gemini_url_with_the_key_redacted(start_proxy, harness, mock, tmp_path, monkeypatch):
