@@ -120,6 +120,22 @@ def start_proxy(harness: Harness, mock):
 
 
 @pytest.fixture
+def start_server(tmp_path):
+    """`start(config_dict)`: the real server in a process of its own (server.py), stopped after the test."""
+    from server_process import ServerProcess
+
+    started: list = []
+
+    def start(config: dict):
+        started.append(ServerProcess(tmp_path, config))
+        return started[-1]
+
+    yield start
+    for s in started:
+        s.stop()
+
+
+@pytest.fixture
 def openai_client(proxy: ProxyHandle):
     client = proxy.openai()
     yield client

@@ -16,7 +16,6 @@ import pytest
 from gemini_helpers import gemini_config
 from harness import default_config
 from proxai.mock import Text, Turn, Usage
-from server_process import ServerProcess
 
 KEYS = {"team-a": "sk-team-a-SECRET", "team-b": "sk-team-b-SECRET"}
 CHAT_BODY = {"model": "chat/m", "messages": [{"role": "user", "content": "hi"}]}
@@ -36,16 +35,8 @@ def config(harness, limits: dict | None = None, **extra) -> dict:
 
 
 @pytest.fixture
-def server(tmp_path):
-    started: list[ServerProcess] = []
-
-    def start(cfg: dict) -> ServerProcess:
-        started.append(ServerProcess(tmp_path, cfg))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.stop()
+def server(start_server):
+    return start_server
 
 
 def post(srv, path: str, body: dict, key: str, headers: dict | None = None) -> tuple[int, dict, bytes]:

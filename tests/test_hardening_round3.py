@@ -61,16 +61,8 @@ def upstream(harness):
 
 
 @pytest.fixture
-def server(tmp_path):
-    started: list[ServerProcess] = []
-
-    def start(config: dict) -> ServerProcess:
-        started.append(ServerProcess(tmp_path, config))
-        return started[-1]
-
-    yield start
-    for s in started:
-        s.stop()
+def server(start_server):
+    return start_server
 
 
 def responses_config(harness, url: str, **server) -> dict:
