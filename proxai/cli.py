@@ -53,10 +53,11 @@ def _parser() -> argparse.ArgumentParser:
     lint = sub.add_parser("lint", help="validate rule files; prints file:line for each problem")
     lint.add_argument("dirs", nargs="*", metavar="RULES_DIR")
     lint.add_argument("--migrate", action="store_true", help="rewrite the v1 idioms of RULES_DIR in place, keeping comments")
-    lint.add_argument("--write-schema", action="store_true", help="regenerate schemas/templates.schema.json from the construct registry")
+    lint.add_argument("--write-schema", action="store_true",
+                      help="maintainers: regenerate schemas/templates.schema.json from the construct registry")
     lint.set_defaults(func=_cmd_lint)
 
-    docs = sub.add_parser("docs", help="generate the mapping tables in docs/generated/ from the rule files")
+    docs = sub.add_parser("docs", help="maintainers: regenerate docs/generated/ from the rule files and the config schema")
     docs.add_argument("--check", action="store_true",
                       help="write nothing; exit 1 naming each generated file that differs from the rules")
     docs.set_defaults(func=_cmd_docs)

@@ -74,6 +74,16 @@ def test_no_command_prints_help(capsys):
     assert "serve" in capsys.readouterr().err
 
 
+def test_maintainer_only_commands_say_so_in_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    top = capsys.readouterr().out
+    assert "docs        maintainers:" in top
+    with pytest.raises(SystemExit):
+        cli.main(["lint", "--help"])
+    assert "maintainers: regenerate schemas/templates.schema.json" in " ".join(capsys.readouterr().out.split())
+
+
 def test_loopback_detection():
     from proxai.origin import loopback_listener
 
