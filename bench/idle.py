@@ -70,7 +70,7 @@ def workers_for(n: int, fd_limit: int) -> int:
 
 
 def idle_config(upstream_url: str, n: int, workers: int, fd_limit: int) -> dict:
-    """proxy_config with the limits opened for n idle streams (README "Configuration"):
+    """proxy_config with the limits opened for n idle streams (docs/configuration.md "Configuration"):
     - max_concurrent_requests: a held stream is a request in flight; above the per-worker share;
     - max_connections: each stream is a client connection; kept under what the open-file limit
       leaves after the upstream sockets, so the proxy does not lower it with a warning;

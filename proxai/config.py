@@ -87,7 +87,7 @@ class ServerConfig:
     allowed_hosts: tuple[str, ...] = ()
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     inspector: InspectorConfig = field(default_factory=InspectorConfig)
-    # Connection and size limits (README "Failure behaviour" and "Security").
+    # Connection and size limits (docs/failures.md "Failure behaviour" and docs/security.md).
     header_timeout_secs: float = 10.0
     keepalive_timeout_secs: float = 75.0
     request_body_timeout_secs: float = 60.0
@@ -126,13 +126,13 @@ class ProviderConfig:
     drop_sampling: bool = False
     thinking_mode: str = "adaptive"
     max_tokens_field: str = "max_completion_tokens"
-    # Cache hints the proxy adds on translated requests: auto | passthrough | off (README "Prompt caching").
+    # Cache hints the proxy adds on translated requests: auto | passthrough | off (docs/prompt-caching.md "Prompt caching").
     prompt_caching: str = "auto"
     # What the provider's models can take (a route may override each).
     hosted_tools: str = "drop"
     reasoning: str = "forward"
     max_output_tokens: int | None = None
-    # A key pool (README "Resilient routing"): api_keys in place of api_key; api_key is then the first.
+    # A key pool (docs/routing.md "Resilient routing"): api_keys in place of api_key; api_key is then the first.
     api_keys: tuple[str, ...] = ()
     key_weights: tuple[float, ...] = ()  # one per api_keys entry (weighted strategy)
     strategy: str = "round_robin"  # round_robin | weighted | least_in_flight | sticky
@@ -154,7 +154,7 @@ class RouteConfig:
     reasoning: str | None = None
     max_output_tokens: int | None = None
     fallbacks: tuple["Fallback", ...] = ()  # tried in order after `provider`
-    # Several deployments balanced by `strategy` (README "Resilient routing"); `provider` is then
+    # Several deployments balanced by `strategy` (docs/routing.md "Resilient routing"); `provider` is then
     # the first of them. Empty: the route has the one `provider`.
     providers: tuple["RouteProvider", ...] = ()
     strategy: str = "round_robin"  # round_robin | weighted | least_in_flight | sticky
@@ -184,7 +184,7 @@ class BreakerConfig:
 
 @dataclass(frozen=True)
 class ResilienceConfig:
-    """Retries, cooldowns and breakers (README "Resilient routing")."""
+    """Retries, cooldowns and breakers (docs/routing.md "Resilient routing")."""
 
     max_attempts: int = 3  # tries of one request, the first included
     # Total time of a request before its commit point: no attempt starts later, and a running one
@@ -201,7 +201,7 @@ class ResilienceConfig:
 
 @dataclass(frozen=True)
 class StateConfig:
-    """Server-side Responses state (README "Responses state")."""
+    """Server-side Responses state (docs/responses-state.md "Responses state")."""
 
     backend: str = "sqlite"  # sqlite | memory | redis | none
     url: str | None = None  # sqlite: a file path (default $PROXAI_HOME/state.db); redis: redis://host:port/db

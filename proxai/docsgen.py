@@ -9,7 +9,12 @@ What is generated, all read off the rules as the server loads them (built-in rul
   part and block kinds, output item types...): every ``$switch`` that names ``$what``;
 * ``docs/generated/<client>-to-<provider>.md``: per translated pair, which request fields
   of the client become which provider fields (through which IR field), which are rejected
-  or dropped, and the same for the response fields coming back.
+  or dropped, and the same for the response fields coming back;
+* ``docs/generated/configuration.md``: every config key with its type, default and
+  description, read off ``schemas/config.schema.json`` (descriptions the schema lacks come
+  from the hand-written docs/configuration.md), and an example;
+* ``docs/generated/rules.md``: ``rules/README.md`` copied, so the documentation site (whose
+  pages all live under docs/) shows the rule format guide without a second hand-kept copy.
 
 Template nodes are shown through one function, :func:`render`, which knows both spellings
 of a literal (``{"$lit": x}`` and the older ``"'x'"`` raw string).
@@ -673,6 +678,204 @@ def pairs(rules: Rules) -> list[tuple[str, str]]:
             and {("request.decode", c), ("request.encode", p), ("response.decode", p), ("response.encode", c)} <= have]
 
 
+
+# --- the configuration reference, from schemas/config.schema.json ------------------------------
+
+CONFIG_SCHEMA = "schemas/config.schema.json"
+CONFIG_GUIDE = "docs/configuration.md"   # hand-written: a description for keys the schema leaves undescribed
+ROUTING_GUIDE = "docs/routing.md"        # hand-written: the commented `resilience:` example
+RULES_GUIDE = "rules/README.md"          # copied as docs/generated/rules.md for the documentation site
+CONFIG_EXAMPLE = """\
+server:
+  port: 18080
+  api_keys:
+    - {name: laptop, key: "${PROXAI_KEY}", limits: {requests_per_minute: 120}}
+providers:
+  anthropic:
+    protocol: anthropic_messages
+    base_url: https://api.anthropic.com
+    api_key: ${ANTHROPIC_API_KEY}
+  openai:
+    protocol: openai_responses
+    base_url: https://api.openai.com/v1
+    api_key: ${OPENAI_API_KEY}
+routing:
+  default_providers:
+    openai_chat_completions: openai
+    anthropic_messages: anthropic
+  routes:
+    - {name: claude, model_pattern: "claude-*", provider: anthropic, fallbacks: [openai]}
+    - {name: gpt, model_pattern: "gpt-*", provider: openai}
+state:
+  backend: sqlite
+logging:
+  format: json
+"""
+
+
+# Descriptions of the keys that neither the schema nor the guide's key table describes.
+_SECTIONS = {
+    "server": "the listener: address, client keys, limits, timeouts, /metrics, the inspector",
+    "server.api_keys[].key": "the key the client presents",
+    "server.api_keys[].limits": "this client's limits, enforced on the state store's counters (429 with Retry-After)",
+    "server.api_keys[].limits.requests_per_minute": "requests this client may start per minute",
+    "server.api_keys[].limits.tokens_per_minute": "input plus output tokens this client may use per minute",
+    "server.api_keys[].limits.concurrent_streams": "streams this client may hold open at once",
+    "providers": "the upstream providers, by name",
+    "providers.<name>": "one provider: its protocol, base URL and key(s), and per-provider settings",
+    "routing": "which provider serves a model name",
+    "routing.default_providers": "per client protocol, the provider for model names no route matched",
+    "routing.routes[].providers[].provider": "provider name",
+    "routing.routes[].providers[].weight": "share of the requests under `strategy: weighted` (default 1)",
+    "routing.routes[].providers[].upstream_model": "model name sent to this provider instead of the route's",
+    "tool_calls": "streamed tool calls",
+    "continuation": "providers' opaque reasoning state carried through clients of other protocols",
+    "capture": "which phases of every request are recorded",
+    "state": "where Responses state (and the shared counters) live",
+    "resilience.max_cooldown_secs": "the longest a repeatedly rate-limited key rests",
+    "resilience.breaker": "the circuit breaker of each provider",
+    "resilience.breaker.failures": "failures within `window_secs` that open the breaker",
+    "resilience.breaker.window_secs": "the window the failures are counted in",
+    "resilience.breaker.open_secs": "how long an open breaker keeps the provider out before a trial request",
+    "logging": "the log lines",
+    "tracing": "OpenTelemetry spans",
+}
+
+
+def _schema_type(node: dict, defs: dict) -> tuple[str, dict]:
+    """A short type for a schema node, and the node with a `$ref` followed."""
+    while "$ref" in node:
+        node = {**defs[node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items() if k != "$ref"}}
+    if "enum" in node:
+        return "one of " + ", ".join(f"`{v}`" for v in node["enum"]), node
+    kind = node.get("type")
+    if kind is None and "oneOf" in node:
+        kinds = []
+        for option in node["oneOf"]:
+            kinds.append(_schema_type(option, defs)[0])
+        return " or ".join(dict.fromkeys(kinds)), node
+    if isinstance(kind, list):
+        return " or ".join(kind), node
+    if kind == "array":
+        item = node.get("items", {})
+        return f"list of {_schema_type(item, defs)[0]}" if item else "list", node
+    return kind or "any", node
+
+
+def _bounds(node: dict) -> str:
+    parts = []
+    for key, word in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("minLength", "length >="),
+                      ("minItems", "items >=")):
+        if key in node:
+            parts.append(f"{word} {node[key]}")
+    if "pattern" in node:
+        parts.append(f"pattern `{node['pattern']}`")
+    return ", ".join(parts)
+
+
+def _guide_descriptions(root: Path) -> dict[str, str]:
+    """key path -> description from the hand-written guide's key table and the resilience example."""
+    out: dict[str, str] = {}
+    guide = root / CONFIG_GUIDE
+    if guide.is_file():
+        for line in guide.read_text(encoding="utf-8").splitlines():
+            m = re.match(r"^\| (`[^|]+`(?: / `[^|]+`)*) \| [^|]* \| (.+) \|$", line)
+            if not m:
+                continue
+            keys = re.findall(r"`([^`]+)`", m.group(1))
+            first = keys[0]
+            prefix = first.rsplit(".", 1)[0] + "." if "." in first else ""
+            description = m.group(2).strip()
+            # The guide's own links, as seen from docs/generated/.
+            description = re.sub(r"\]\(#", "](../configuration.md#", description)
+            description = re.sub(r"\]\((?!\.\./|https?:)([\w./-]+\.md)", r"](../\1", description)
+            for key in [first] + [prefix + k for k in keys[1:]]:
+                out.setdefault(key, description)
+    routing = root / ROUTING_GUIDE
+    if routing.is_file():
+        block = re.search(r"^resilience:.*?\n((?:  .*\n)+)", routing.read_text(encoding="utf-8"), re.M)
+        previous = None
+        for line in (block.group(1).splitlines() if block else []):
+            m = re.match(r"^  (\w+):[^#]*(?:#\s*(.*))?$", line)
+            if m:
+                if m.group(2):
+                    text = m.group(2)
+                    if text.startswith("...") and previous:
+                        text = previous.rstrip(". ") + " " + text.lstrip(". ")
+                    out.setdefault(f"resilience.{m.group(1)}", text)
+                    previous = m.group(2)
+    return out
+
+
+def _walk(node: dict, path: str, defs: dict, required: bool, rows: list):
+    kind, node = _schema_type(node, defs)
+    rows.append((path, kind, node, required))
+    props = node.get("properties")
+    if node.get("type") == "array" and isinstance(node.get("items"), dict):
+        _, item = _schema_type(node["items"], defs)
+        if item.get("properties"):
+            for name, child in item["properties"].items():
+                _walk(child, f"{path}[].{name}", defs, name in item.get("required", ()), rows)
+            return
+        if isinstance(item.get("else"), dict) and item["else"].get("properties"):
+            for name, child in item["else"]["properties"].items():
+                _walk(child, f"{path}[].{name}", defs, name in item["else"].get("required", ()), rows)
+            return
+    if props:
+        for name, child in props.items():
+            _walk(child, f"{path}.{name}" if path else name, defs, name in node.get("required", ()), rows)
+    elif isinstance(node.get("additionalProperties"), dict):
+        label = "<name>"
+        _walk(node["additionalProperties"], f"{path}.{label}", defs, False, rows)
+
+
+def configuration_md(root: Path | None = None) -> str:
+    """docs/generated/configuration.md: every config key with its type, default and description."""
+    root = Path(root or ROOT)
+    schema = json.loads((root / CONFIG_SCHEMA).read_text(encoding="utf-8"))
+    defs = schema.get("$defs", {})
+    rows: list = []
+    for name, child in schema["properties"].items():
+        _walk(child, name, defs, name in schema.get("required", ()), rows)
+    described = _guide_descriptions(root)
+    lines = [HEADER.replace("from the rule files under rules/", f"from {CONFIG_SCHEMA}")
+             .replace("change the rules", "change the schema"),
+             "# Configuration reference", "",
+             f"Every key of the config file, read off `{CONFIG_SCHEMA}` (the contract: unknown keys are",
+             "errors). `<name>` stands for a provider's name, `[]` for an item of a list. A description",
+             "the schema does not carry comes from the hand-written [configuration guide](../configuration.md),",
+             "which also explains how values, `${NAME}` substitution and errors work.", "",
+             "## Example", "", "```yaml", CONFIG_EXAMPLE.rstrip(), "```", "", "## Keys", "",
+             "| key | type | default | description |", "|---|---|---|---|"]
+    for path, kind, node, required in rows:
+        default = f"`{json.dumps(node['default'])}`" if "default" in node else ("required" if required else "")
+        description = (node.get("description") or described.get(path) or described.get(path + "[]")
+                       or _SECTIONS.get(path) or "")
+        if not description and path.startswith("routing.default_providers."):
+            description = described.get("routing.default_providers.<protocol>", "")
+        if not description and path.endswith("[]"):
+            description = described.get(path[:-2], "")
+        if not description:
+            # `routing.routes[].hosted_tools` shares the guide's row of the provider key.
+            tail = path.rsplit(".", 1)[-1]
+            description = described.get(f"providers.<name>.{tail}", "") if path.startswith("routing.routes[]") else ""
+        bounds = _bounds(node)
+        type_text = kind + (f" ({bounds})" if bounds else "")
+        cell = " ".join(description.split()).replace("|", "\\|") if "`|`" not in description else description
+        type_text = type_text.replace("|", "\\|")
+        lines.append(f"| `{path}` | {type_text} | {default} | {cell} |")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def rules_md(root: Path | None = None) -> str:
+    """docs/generated/rules.md: rules/README.md as a page of the documentation site."""
+    root = Path(root or ROOT)
+    text = (root / RULES_GUIDE).read_text(encoding="utf-8")
+    header = HEADER.replace("from the rule files under rules/", f"from {RULES_GUIDE}").replace(
+        "change the rules", f"edit {RULES_GUIDE}")
+    return header + text
+
+
 def generate(rules_dir: Path | None = None, rules: Rules | None = None) -> dict[str, str]:
     """Relative path (under the repository) -> content of every generated file."""
     rules = rules or load_rules(rules_dir)
@@ -680,6 +883,8 @@ def generate(rules_dir: Path | None = None, rules: Rules | None = None) -> dict[
            f"{OUT_DIR}/{_page('kinds')}": kinds_md(rules)}
     for client, provider in pairs(rules):
         out[f"{OUT_DIR}/{pair_file(client, provider)}"] = pair_md(rules, client, provider)
+    out[f"{OUT_DIR}/{_page('configuration')}"] = configuration_md()
+    out[f"{OUT_DIR}/{_page('rules')}"] = rules_md()
     return out
 
 

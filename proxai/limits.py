@@ -1,4 +1,4 @@
-"""Per-client limits of named `server.api_keys` entries (README "Client keys and limits").
+"""Per-client limits of named `server.api_keys` entries (docs/client-keys.md "Client keys and limits").
 
 The counters live in the state store's key-value part, so several instances over one
 Redis share them (sqlite: the processes of one machine; without a store: this process):

@@ -1,4 +1,4 @@
-"""Responses API state for providers of other protocols (README "Responses state").
+"""Responses API state for providers of other protocols (docs/responses-state.md "Responses state").
 
 A Responses client routed to a Chat or Anthropic provider gets OpenAI's stateful
 semantics from the proxy's store:

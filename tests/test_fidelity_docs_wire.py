@@ -9,7 +9,7 @@ official SDKs against the real server: what the provider received and what the c
 - a document title's extension is recognised in any case
 - no page still counts three protocols, six stream conversions or nine pairs
 - demo mode lists every model name it routes, gemini/demo included
-- the README's Gemini snippet points at the server's default port
+- the Gemini snippets (README, docs/clients/google-genai.md) point at the server's default port
 - spans name the system and operation by the OpenTelemetry GenAI conventions' values
 """
 from __future__ import annotations
@@ -297,7 +297,7 @@ def test_no_page_counts_three_protocols():
     assert stale == []
 
 
-# --- demo mode's model list; the README's Gemini snippet ---------------------------------------
+# --- demo mode's model list; the Gemini snippets ---------------------------------------------
 
 
 def test_demo_mode_lists_gemini_demo_for_every_client(harness):
@@ -313,13 +313,17 @@ def test_demo_mode_lists_gemini_demo_for_every_client(harness):
         p.stop()
 
 
-def test_readme_gemini_snippet_uses_the_default_port():
+def test_gemini_snippets_use_the_default_port():
     from proxai.config import DEFAULT_PORT
 
-    text = (ROOT / "README.md").read_text()
+    # The google-genai page's "Gemini clients" section, and the README's google-genai snippet.
+    text = (ROOT / "docs" / "clients" / "google-genai.md").read_text()
     section = text.split("## Gemini clients", 1)[1].split("\n## ", 1)[0]
-    ports = re.findall(r"base_url=\"http://127\.0\.0\.1:(\d+)\"", section)
-    assert ports and set(ports) == {str(DEFAULT_PORT)}
+    readme = (ROOT / "README.md").read_text()
+    readme_snippet = readme.split("from google import genai", 1)[1].split("```", 1)[0]
+    for snippet in (section, readme_snippet):
+        ports = re.findall(r"base_url=\"http://127\.0\.0\.1:(\d+)\"", snippet)
+        assert ports and set(ports) == {str(DEFAULT_PORT)}
 
 
 # --- tracing: the GenAI conventions' system and operation values ------------------------------

@@ -1,4 +1,4 @@
-"""A web page must not drive a proxy that asks for no key (README "Security").
+"""A web page must not drive a proxy that asks for no key (docs/security.md "Security").
 
 The attacks run against the real server (server.py in a child process) on loopback: a
 page on another site POSTing a CORS "simple" request (`Content-Type: text/plain`, no

@@ -63,7 +63,7 @@ def chunked(raw: bytes, cuts: list[int]) -> list[bytes]:
 _TIMES = re.compile(rb'"(created|created_at|completed_at)":\d+(\.\d+)?')
 
 
-# The suffix an unstored or repeated Responses id gets (README "Responses state").
+# The suffix an unstored or repeated Responses id gets (docs/responses-state.md "Responses state").
 _MINTED = re.compile(rb'"(resp_[A-Za-z0-9_-]+?)_[0-9a-f]{16}"')
 
 
