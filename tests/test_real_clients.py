@@ -189,7 +189,7 @@ UPSTREAM_MODEL = "upstream-model"
 
 
 def proxy_to(start_proxy, harness, provider_protocol: str, pattern: str, thinking_mode: str | None = None):
-    """A proxy as the README's recipes configure it: one route takes the CLI's own model names
+    """A proxy as the client pages' recipes (docs/clients/) configure it: one route takes the CLI's own model names
     (they keep their defaults) to the provider, under the provider's model name."""
     cfg = harness.default_config()
     if thinking_mode:

@@ -157,7 +157,7 @@ def cut(protocol: str, body: dict) -> Turn:
     return _text_turn(text, cut_after=4)
 
 
-# Model name -> reply; each name is documented in the README's demo section.
+# Model name -> reply; each name is documented in docs/getting-started.md ("Demo models").
 MODELS = {
     "demo-tools": tools,
     "demo-think": think,
