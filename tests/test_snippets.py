@@ -317,6 +317,8 @@ def marker_problems(snippets: list[Snippet]) -> list[str]:
             problems.append(f"{s.id}: `snippet: skip` without a reason")
         if s.marker == "continues" and (s.language != "python" or s.previous is None):
             problems.append(f"{s.id}: `continues` is for a Python block after another")
+        elif s.marker == "continues" and s.previous.marker == "skip":
+            problems.append(f"{s.id}: `continues` a skipped block, which would run after all")
     return problems
 
 
@@ -376,3 +378,10 @@ def test_a_skip_needs_a_reason_and_markers_are_known():
     assert marker_problems([_one("<!-- snippet: skip -->\n```sh\npip install x\n```\n")])
     assert marker_problems([_one("<!-- snippet: skipp network -->\n```sh\ncurl x\n```\n")])
     assert not marker_problems([_one("<!-- snippet: skip installs packages -->\n\n```sh\npip install x\n```\n")])
+
+
+def test_a_transcript_runs_its_prompted_lines_and_indented_commands_are_found():
+    transcript = "$ proxai lint \\\n    rules\nok: 40 files\n$ echo hi\nhi\n"
+    assert shell_commands(transcript) == ["proxai lint \\\n    rules", "echo hi"]
+    page = "Run:\n\n    .venv/bin/proxai lint rules\n\nIt prints:\n\n    ok: 40 files\n\n- a list\n\n    export X=1\n"
+    assert [(s.line, s.text) for s in snippets_of("p.md", page)] == [(3, ".venv/bin/proxai lint rules\n")]
