@@ -50,8 +50,8 @@ class ClientKey:
     """One entry of `server.api_keys`: the key a client presents, the name logs, metrics,
     captures and the inspector show for it (never the key), and its limits (None: none)."""
 
-    key: str
-    name: str
+    key: str = field(repr=False)  # a repr in a log or traceback never shows it
+    name: str = ""
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     concurrent_streams: int | None = None
