@@ -614,7 +614,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             client = info.get("_client")
             if client is not None and client.tokens_per_minute is not None:
                 tokens = (info.get("input_tokens") or 0) + (info.get("output_tokens") or 0)
-                await request.app[PROXY_KEY].limits.spend(client, tokens)
+                request.app[PROXY_KEY].limits.spend_later(client, tokens)
             if paths.canonical(request.path) in PATHS or gemini_client.split(request.path):
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:

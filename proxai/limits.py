@@ -18,6 +18,7 @@ at most once a minute: a Redis blip must not stop every client.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -40,6 +41,7 @@ class Limits:
     def __init__(self, store: StateStore | None):
         self.store = store if store is not None else MemoryStore()
         self._warned = 0.0
+        self._spending: set[asyncio.Task] = set()
 
     async def admit(self, client: ClientKey | None) -> None:
         """Before a generation request: refuse it when the client's minute is spent."""
@@ -57,6 +59,12 @@ class Limits:
                     raise _limited(client, f"its requests_per_minute ({client.requests_per_minute})", retry_after)
         except StateError as exc:
             self._unavailable(exc)
+
+    def spend_later(self, client: ClientKey, tokens: int) -> None:
+        """`spend` off the request's path: the answer does not wait for the store."""
+        task = asyncio.get_running_loop().create_task(self.spend(client, tokens))
+        self._spending.add(task)
+        task.add_done_callback(self._spending.discard)
 
     async def spend(self, client: ClientKey | None, tokens: int) -> None:
         """After an answer: its tokens count against the client's current minute."""

@@ -107,12 +107,20 @@ def test_requests_per_minute_is_a_429_with_retry_after_in_the_clients_protocol(h
 
 def test_tokens_per_minute_refuses_once_the_minute_is_spent(harness, server, mock):
     srv = server(config(harness, {"tokens_per_minute": 50}))
-    mock.enqueue(Turn([Text("long")], usage=Usage(40, 30)), Turn([Text("more")]))
+    mock.enqueue(Turn([Text("long")], usage=Usage(40, 30)), Turn([Text("more")], usage=Usage(1, 1)))
     assert post(srv, "/v1/chat/completions", CHAT_BODY, KEYS["team-a"])[0] == 200  # 70 tokens: over, after the fact
-    status, got, data = post(srv, "/v1/chat/completions", CHAT_BODY, KEYS["team-a"])
-    if status == 200 and time.time() % 60 < 2:
+    # The answer's tokens are counted just after it went out (off the request's path): a
+    # request sent in that instant may still be served, the one after it is not.
+    statuses = []
+    for _ in range(3):
+        status, got, data = post(srv, "/v1/chat/completions", CHAT_BODY, KEYS["team-a"])
+        statuses.append(status)
+        if status == 429:
+            break
+    if statuses[-1] == 200 and time.time() % 60 < 3:
         pytest.skip("a clock minute ended mid-test")
-    assert status == 429 and "tokens_per_minute (50)" in json.loads(data)["error"]["message"]
+    assert statuses in ([429], [200, 429]), statuses
+    assert "tokens_per_minute (50)" in json.loads(data)["error"]["message"]
     assert "retry-after" in got
 
 
