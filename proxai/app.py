@@ -235,14 +235,17 @@ class Proxy:
         self, request: web.Request, protocol: str, provider: ProviderConfig, match: RouteMatch,
         body: dict, raw: bytes, stream: bool, info: dict, turns: list | None = None,
     ) -> web.StreamResponse:
+        stateful = protocol == RESPONSES and self.state is not None  # the proxy's Responses state applies
         if provider.protocol == protocol:
             if match.upstream_model != body["model"]:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
+            if stateful and body.get("store") is not False:
+                info["_owned_id"] = True  # the provider keeps this response: note whose it is (responses_state)
             return await self._passthrough(request, protocol, provider, raw, stream, info,
                                            query=request.rel_url.raw_query_string, body=body)
         turn = None
-        if protocol == RESPONSES and self.state is not None:
+        if stateful:
             if turns:  # a retry: the conversation was resolved by the first translated attempt
                 turn, body = turns[0]
             else:
@@ -255,8 +258,6 @@ class Proxy:
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
         query: str = "", suffix: str = "", body: dict | None = None,
     ) -> web.StreamResponse:
-        if protocol == RESPONSES and self.state is not None and body is not None and body.get("store") is not False:
-            info["_owned_id"] = True  # the provider keeps this response: note whose it is (responses_state)
         upstream = await self._send(request, provider, raw, stream, info, query=query, suffix=suffix)
         try:
             await self._raise_for_status(upstream, provider)

@@ -87,6 +87,8 @@ class MockUpstream:
         self.responder = None
         # Anthropic's thinking rule in tool loops: what was sent is what must come back.
         self.thinking = ThinkingLedger()
+        # The rules a real API enforces across requests, by the protocol whose API it is.
+        self.enforcers = {ANTHROPIC: self.thinking}
         self._closing = False
         self.url: str | None = None
         self._server = None
@@ -193,7 +195,8 @@ class MockUpstream:
             return _json(404, native_error_body(protocol, 404, f"no route for {path}"))
         if request.method != "POST":
             return _json(405, native_error_body(protocol, 405, f"method {request.method} not allowed"))
-        refused = self.thinking.check(record.body or {}) if protocol == ANTHROPIC else None
+        enforcer = self.enforcers.get(protocol)
+        refused = enforcer.check(record.body or {}) if enforcer is not None else None
         if refused:
             return _json(400, native_error_body(protocol, 400, refused))
         if self._queue:
@@ -208,8 +211,9 @@ class MockUpstream:
 
     async def _answer(self, request, protocol: str, body: dict, reply) -> web.StreamResponse:
         if isinstance(reply, Turn):
-            if protocol == ANTHROPIC:
-                self.thinking.record(reply, body)
+            enforcer = self.enforcers.get(protocol)
+            if enforcer is not None:
+                enforcer.record(reply, body)
             renderer = RENDERERS[protocol]
             if body.get("stream"):
                 reply = Stream(
