@@ -51,8 +51,9 @@ def _fingerprint(dirs: list[Path], hooks: dict) -> bytes | None:
 class Engine:
     """Compiled rules for every protocol; build once at startup, share across requests."""
 
-    def __init__(self, codecs: dict, streams: dict, tables: dict, enums: dict):
+    def __init__(self, codecs: dict, streams: dict, tables: dict, enums: dict, protocols: dict | None = None):
         self.codecs, self.streams, self.tables, self.enums = codecs, streams, tables, enums
+        self.protocols = protocols or {}   # protocol -> engine.protocol.Descriptor (rules/<p>/protocol.yaml)
 
     @classmethod
     def load(cls, override_dir: str | Path | None = None, builtin_dir: str | Path | None = None) -> "Engine":
@@ -69,7 +70,7 @@ class Engine:
         rules, problems = load_rules(override_dir, builtin_dir)
         if problems:
             raise problems[0]
-        eng = cls(rules.codecs, rules.streams, rules.tables, rules.enums)
+        eng = cls(rules.codecs, rules.streams, rules.tables, rules.enums, rules.protocols)
         if key is not None:
             _COMPILED[key] = eng
             while len(_COMPILED) > _COMPILED_MAX:

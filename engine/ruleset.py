@@ -14,6 +14,7 @@ import yaml
 
 from . import yamlsrc
 from .errors import RuleError
+from .protocol import Descriptor
 from .tables import Table
 from .template import _MISS
 
@@ -145,9 +146,24 @@ class Layered:
     tables: dict = field(default_factory=dict)       # name -> (table dict, file)
     enums: dict = field(default_factory=dict)        # name -> (values, file, line)
     codecs: dict = field(default_factory=dict)       # (kind, protocol) -> (doc, file)
+    protocols: dict = field(default_factory=dict)    # protocol -> (descriptor doc, file)
 
 
 _MERGED_KEYS = ("on", "templates", "state", "params")
+#: protocol.yaml sections merged key by key under an override (the rest replace).
+_PROTOCOL_MERGED_KEYS = ("templates", "endpoints", "headers", "upstream", "stream", "errors", "summary")
+
+
+def _merge_sections(base, doc, keys):
+    merged = yamlsrc.Located(base, file=doc.file, line=doc.line, key_lines={**base.key_lines, **doc.key_lines})
+    for k, v in doc.items():
+        if k in keys and isinstance(base.get(k), dict) and isinstance(v, dict):
+            section = yamlsrc.Located(base[k], file=v.file, line=v.line, key_lines={**base[k].key_lines, **v.key_lines})
+            section.update(v)
+            merged[k] = section
+        else:
+            merged[k] = v
+    return merged
 
 
 def layer(files: list[SourceFile], into: Layered | None = None) -> Layered:
@@ -174,19 +190,18 @@ def layer(files: list[SourceFile], into: Layered | None = None) -> Layered:
         elif kind == "enums":
             for name, values in doc["enums"].items():
                 out.enums[name] = (list(values), src.path, doc["enums"].key_lines.get(name))
+        elif kind == "protocol":
+            name = doc["protocol"]
+            if name in out.protocols:
+                base, _ = out.protocols[name]
+                out.protocols[name] = (_merge_sections(base, doc, _PROTOCOL_MERGED_KEYS), src.path)
+            else:
+                out.protocols[name] = (doc, src.path)
         else:
             key = (kind, doc.get("protocol"))
             if key in out.codecs:
                 base, _ = out.codecs[key]
-                merged = yamlsrc.Located(base, file=doc.file, line=doc.line, key_lines={**base.key_lines, **doc.key_lines})
-                for k, v in doc.items():
-                    if k in _MERGED_KEYS and isinstance(base.get(k), dict) and isinstance(v, dict):
-                        section = yamlsrc.Located(base[k], file=v.file, line=v.line, key_lines={**base[k].key_lines, **v.key_lines})
-                        section.update(v)
-                        merged[k] = section
-                    else:
-                        merged[k] = v
-                out.codecs[key] = (merged, src.path)
+                out.codecs[key] = (_merge_sections(base, doc, _MERGED_KEYS), src.path)
             else:
                 out.codecs[key] = (doc, src.path)
     return out
@@ -233,6 +248,7 @@ class Rules:
     streams: dict
     tables: dict
     enums: dict
+    protocols: dict = field(default_factory=dict)   # protocol -> engine.protocol.Descriptor
 
 
 def rule_dirs(override_dir=None, builtin_dir=None) -> list[Path]:
@@ -280,7 +296,8 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
         except RuleError as err:
             problems.append(err)
     enums = {name: values for name, (values, _, _) in layered.enums.items()}
-    return Rules(codecs, streams, tables, enums), _unique(problems)
+    protocols = {name: Descriptor(name, doc, file) for name, (doc, file) in layered.protocols.items()}
+    return Rules(codecs, streams, tables, enums, protocols), _unique(problems)
 
 
 def _unique(problems: list) -> list:
