@@ -169,6 +169,15 @@ class Proxy:
             await self.limits.admit(client)
         return raw
 
+    def capture_inbound(self, request: web.Request, raw: bytes) -> None:
+        """For the endpoints that do not go through admit (token counting, the model list):
+        open the request's capture, when capture is on, with the client's request."""
+        if self.recorder is None or request.get(CAPTURE_KEY) is not None:
+            return
+        cap = request[CAPTURE_KEY] = self.recorder.open(request[INFO_KEY]["request_id"])
+        version = f"HTTP/{request.version.major}.{request.version.minor}"
+        cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), raw)
+
     def route(self, model: str, protocol: str, info: dict) -> RouteMatch:
         """The route for `model` from a `protocol` client, noted for the request's log line."""
         match = self.router.resolve(model, protocol)

@@ -60,6 +60,7 @@ def _handler(proxy, protocol: str, info_key):
         server = proxy.config.server
         # Read before taking a concurrency slot, as the generation endpoints do.
         raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
+        proxy.capture_inbound(request, raw)
         with proxy.slot():
             return await count(proxy, protocol, request, info, raw)
 

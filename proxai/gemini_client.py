@@ -78,6 +78,7 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
 
     async def list_models(request: web.Request) -> web.Response:
         authorize(proxy, request)
+        proxy.capture_inbound(request, b"")  # a GET: no body
         info = request[info_key]
         info["client_protocol"] = GEMINI
         served = models_endpoint.catalog(proxy.config, proxy.router, "google")
@@ -85,6 +86,7 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
 
     async def get_model(request: web.Request) -> web.Response:
         authorize(proxy, request)
+        proxy.capture_inbound(request, b"")
         model = request.match_info["name"]
         model = model[len("models/"):] if model.startswith("models/") else model
         info = request[info_key]

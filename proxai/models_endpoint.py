@@ -157,6 +157,7 @@ def register(app: web.Application, proxy, info_key) -> None:
     async def list_models(request: web.Request) -> web.Response:
         family = _family(request)
         _authorize(proxy, request, family)
+        proxy.capture_inbound(request, b"")  # a GET: no body
         info = request[info_key]
         info["client_protocol"] = FAMILY_PROTOCOLS[family][0]
         served = entries(family)
@@ -169,6 +170,7 @@ def register(app: web.Application, proxy, info_key) -> None:
     async def retrieve_model(request: web.Request) -> web.Response:
         family = _family(request)
         _authorize(proxy, request, family)
+        proxy.capture_inbound(request, b"")  # a GET: no body
         model = request.match_info["model_id"]
         if family == "google" and model.startswith("models/"):
             model = model[len("models/"):]
