@@ -21,10 +21,13 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from proxai.pools import Deployment
+
+class Deployment(Protocol):
+    """What the balancer reads of a deployment (proxai/pools.py builds them)."""
+    pool: Any
+    weight: float
 
 
 def rendezvous(conversation: str, name: str) -> int:

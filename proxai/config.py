@@ -21,6 +21,7 @@ import jsonschema
 import yaml
 
 from proxai.errors import ANTHROPIC, CHAT, GEMINI, ConfigError
+from proxai.route_patterns import compile_route
 from engine.errors import Problem
 from engine import yamlsrc
 from engine.ruleset import SCHEMAS
@@ -627,8 +628,6 @@ def _check_reference(path: str, name: Any, known: dict, problems: list[tuple[str
 
 
 def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
-    from proxai.routing import compile_route
-
     if cfg.server.metrics.require_auth and not cfg.server.api_keys:
         problems.append(("server.metrics.require_auth", "needs server.api_keys (the keys /metrics then requires)"))
     if not cfg.server.inspector.loopback_only and not cfg.server.api_keys:

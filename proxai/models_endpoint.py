@@ -19,7 +19,8 @@ from proxai import errors as E
 from proxai import paths, requestid
 from proxai.config import Config
 from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
-from proxai.routing import Router, compile_route
+from proxai.route_patterns import compile_route
+from proxai.routing import Router
 
 FAMILY_PROTOCOLS = {"anthropic": (ANTHROPIC,), "openai": (CHAT, RESPONSES), "google": (GEMINI,)}
 # Anthropic's ModelInfo requires a release date; "an epoch value if the release date is unknown".

@@ -4,7 +4,8 @@ import pytest
 
 from proxai.config import RouteConfig, load_dict
 from proxai.errors import RoutingError
-from proxai.routing import Router, resolve_kind
+from proxai.route_patterns import resolve_kind
+from proxai.routing import Router
 
 CHAT, RESP, ANT = "openai_chat_completions", "openai_responses", "anthropic_messages"
 
