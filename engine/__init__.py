@@ -12,11 +12,14 @@ import hashlib
 from collections import OrderedDict
 from pathlib import Path
 
+import orjson
+
 from .context import DEFAULT_MAX_TOKENS, Context
 from .errors import InvalidRequest, ProxaiError, ProxyError, RuleError, TranslationError, UpstreamProtocolError
 from .codec import Codec
 from .ruleset import load_rules, rule_dirs, rule_files
 from .stream import StreamTranslator
+from .protocol import run_template
 from .toolcalls import restore_response
 
 __all__ = ["Engine", "Context", "ProxaiError", "ProxyError", "RuleError", "TranslationError", "InvalidRequest",
@@ -76,6 +79,51 @@ class Engine:
             while len(_COMPILED) > _COMPILED_MAX:
                 _COMPILED.popitem(last=False)
         return eng
+
+    # --- what the server reads off bodies, by each protocol's protocol.yaml -----------
+
+    def summary(self, protocol: str, body) -> dict:
+        """{usage, stop, model, id} of a response body (parsed, or raw JSON) in the IR's
+        names, by the protocol's `summary:` rules: what logs, metrics, traces and the
+        inspector report. Absent or unreadable fields are None."""
+        if isinstance(body, (bytes, bytearray)):
+            try:
+                body = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return {}
+        descriptor = self.protocols.get(protocol)
+        if descriptor is None or not isinstance(body, dict):
+            return {}
+        return descriptor.summarise(body)
+
+    def http_error(self, protocol: str, err: ProxyError) -> dict:
+        """The HTTP error body a client of `protocol` expects for `err`, by the protocol's
+        `errors.encode` rule over the IR error. The error's own type goes in only when it
+        is of the protocol's vocabulary (another protocol's type would be a wrong value)."""
+        descriptor = self.protocols[protocol]
+        ir = {"status": err.status, "message": err.message, "code": err.code, "param": err.param}
+        if err.error_type and err.type_family == descriptor.error_vocabulary:
+            ir["error_type"] = err.error_type
+        return run_template(descriptor.error_encode, ir, protocol)
+
+    def parse_error(self, protocol: str, status: int, body) -> dict:
+        """A provider's error body as the IR error {status, message, error_type, code, param,
+        retry_after} by the protocol's `errors.decode` rule; `vocabulary` names the
+        vocabulary of error_type. Fields the body does not have are absent."""
+        descriptor = self.protocols[protocol]
+        out = {}
+        if body is not None and descriptor.error_decode is not None:
+            try:
+                out = run_template(descriptor.error_decode, body, protocol) or {}
+            except (TranslationError, TypeError, ValueError, AttributeError, KeyError, IndexError):
+                out = {}  # an error body the rules cannot read: the caller words its own message
+        return {**out, "status": status, "vocabulary": descriptor.error_vocabulary}
+
+    def gen_ai(self, protocol: str) -> tuple[str | None, str | None]:
+        """(gen_ai.system, gen_ai.operation.name) of the protocol's spans."""
+        descriptor = self.protocols.get(protocol)
+        section = descriptor.section("gen_ai") if descriptor is not None else {}
+        return section.get("system"), section.get("operation")
 
     def _codec(self, kind: str, protocol: str) -> Codec:
         codec = self.codecs.get((kind, protocol))

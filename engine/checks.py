@@ -7,11 +7,12 @@ Each check is ``check_x(ctx, doc) -> iterator of (line, problem)``, listed in :d
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jmespath
 
 from .errors import RuleError
+from .protocol import shared_templates
 from .template import Compiler
 from .yamlsrc import Located
 
@@ -24,6 +25,7 @@ class CheckContext:
     enums: dict           # name -> list
     ir_events: dict       # IR event type -> set of fields
     legacy: object = False
+    protocols: dict = field(default_factory=dict)   # protocol -> layered protocol.yaml document
 
 
 def ir_event_fields(schemas) -> dict:
@@ -142,7 +144,8 @@ def check_event_fields(ctx: CheckContext, doc):
             if fields is None:
                 continue
             seen: list = []
-            compiler = Compiler(doc.file, ctx.hooks, ctx.built, doc.get("templates") or {}, legacy=True,
+            named = shared_templates(ctx.protocols.get(doc.get("protocol")), doc.file, doc.get("templates") or {})
+            compiler = Compiler(doc.file, ctx.hooks, ctx.built, named, legacy=True,
                                 observe=lambda sel, where, depth: seen.append((sel, where)) if depth == 0 else None)
             for value, parent, key in _step_values(t):
                 try:

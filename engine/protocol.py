@@ -7,8 +7,18 @@ through the engine (`Engine.protocols`), so a protocol is one rules folder.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import RuleError, TranslationError, UpstreamProtocolError
+from .yamlsrc import Located
+
+#: how codec files (and protocol.yaml itself) name a protocol-level template: `{$ref: protocol.usage_in}`
+SHARED_PREFIX = "protocol."
+#: what `summary:` reads off a response body, in the IR's names
+SUMMARY_FIELDS = ("usage", "stop", "model", "id")
+#: the variables a protocol-level template may read besides its params
+GLOBALS = frozenset({"ctx", "root"})
 
 
 @dataclass(frozen=True)
@@ -18,6 +28,10 @@ class Descriptor:
     name: str
     doc: Any          # the layered yamlsrc.Located document
     file: str         # the file that last contributed to it
+    # compiled by compile_descriptor: summary field -> template; the error body and its parse
+    summary_rules: dict = field(default_factory=dict)
+    error_encode: Callable | None = None
+    error_decode: Callable | None = None
 
     def section(self, key: str) -> dict:
         value = self.doc.get(key)
@@ -31,3 +45,103 @@ class Descriptor:
         """`file:line` of a top-level key, for error messages."""
         line = getattr(self.doc, "key_lines", {}).get(key, getattr(self.doc, "line", None))
         return f"{self.file}:{line}" if line else self.file
+
+    @property
+    def error_vocabulary(self) -> str | None:
+        """The error-type vocabulary of this protocol's error bodies (`errors.vocabulary`): an
+        upstream error's own type is kept for a client of the same vocabulary."""
+        return self.section("errors").get("vocabulary")
+
+    def summarise(self, body) -> dict:
+        """{usage, stop, model, id} of a response body by the `summary:` templates; a field
+        the rules cannot read (a malformed body) is None: this feeds logs and metrics, and
+        must not fail a response the client already has."""
+        out = {}
+        for name, fn in self.summary_rules.items():
+            try:
+                out[name] = _run(fn, body, self.name)
+            except (TranslationError, TypeError, ValueError, AttributeError, KeyError, IndexError):
+                out[name] = None
+        return out
+
+
+class _Named(Located):
+    """Named templates gathered from several files: each name knows its own file."""
+
+    __slots__ = ("key_files",)
+
+    def __init__(self, *args, key_files=None, **kw):
+        super().__init__(*args, **kw)
+        self.key_files = key_files or {}
+
+    def where(self, key=None) -> str:
+        line = self.key_lines.get(key, self.line) if key is not None else self.line
+        return f"{self.key_files.get(key, self.file)}:{line}"
+
+
+def shared_templates(doc, file: str, own=None) -> Located:
+    """A codec file's named templates: its own (`own`), and its protocol's `templates:`
+    as `protocol.<name>`. ``doc`` is the protocol's layered descriptor document (or None)."""
+    out = _Named(file=getattr(own, "file", file), line=getattr(own, "line", None))
+    templates = (doc or {}).get("templates") or {}
+    for name, src in templates.items():
+        key = SHARED_PREFIX + str(name)
+        out[key] = src
+        out.key_lines[key] = getattr(templates, "key_lines", {}).get(name)
+        out.key_files[key] = getattr(templates, "file", None) or (doc.file if isinstance(doc, Located) else file)
+    for name, src in (own or {}).items():
+        out[name] = src
+        out.key_lines[name] = getattr(own, "key_lines", {}).get(name)
+    return out
+
+
+def compile_descriptor(name: str, doc, file: str, hooks: dict, tables: dict) -> Descriptor:
+    """The descriptor with its `summary:` and `errors:` templates compiled by the engine's
+    template compiler (the one every codec uses), their variables checked."""
+    from .stream import free_variables
+    from .template import Compiler, template_params
+
+    named = shared_templates(doc, file)
+    compiler = Compiler(file, hooks, tables, named)
+
+    def check_free(node, bound, what, parent, key):
+        for var, at in free_variables(node, bound, named, node):
+            where = at if isinstance(at, Located) else parent
+            raise compiler.error(where, f"{what} reads ${var}, which nothing binds (declare it in the "
+                                        f"template's params and pass it in $args)", key if where is parent else None)
+
+    for tname, src in named.items():
+        params, body = template_params(src)
+        check_free(body, GLOBALS | set(params or ()), f"template {tname!r}", named, tname)
+        compiler.ref(tname)  # every shared template compiles, used here or not
+    summary = doc.get("summary") or {}
+    rules = {}
+    for key in SUMMARY_FIELDS:
+        if key in summary:
+            check_free(summary[key], GLOBALS, f"summary.{key}", summary, key)
+            rules[key] = compiler.build(summary[key], summary, key)
+    errors = doc.get("errors") or {}
+    encode = decode = None
+    for key in ("encode", "decode"):
+        if key in errors:
+            check_free(errors[key], GLOBALS, f"errors.{key}", errors, key)
+    if "encode" in errors:
+        encode = compiler.build(errors["encode"], errors, "encode")
+    if "decode" in errors:
+        decode = compiler.build(errors["decode"], errors, "decode")
+    return Descriptor(name, doc, file, rules, encode, decode)
+
+
+def _run(fn, payload, protocol: str):
+    from .context import Context
+    from .template import Run, Scope
+
+    ctx = Context(client_protocol=protocol, provider_protocol=protocol)
+    return fn(Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, Run(UpstreamProtocolError)))
+
+
+def run_template(fn, payload, protocol: str):
+    """Evaluate one compiled descriptor template over ``payload``."""
+    if fn is None:
+        raise RuleError(f"{protocol}: protocol.yaml has no errors rules")
+    return _run(fn, payload, protocol)

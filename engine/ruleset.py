@@ -14,7 +14,7 @@ import yaml
 
 from . import yamlsrc
 from .errors import RuleError
-from .protocol import Descriptor
+from .protocol import Descriptor, compile_descriptor, shared_templates
 from .tables import Table
 from .template import _MISS
 
@@ -151,7 +151,7 @@ class Layered:
 
 _MERGED_KEYS = ("on", "templates", "state", "params")
 #: protocol.yaml sections merged key by key under an override (the rest replace).
-_PROTOCOL_MERGED_KEYS = ("templates", "endpoints", "headers", "upstream", "stream", "errors", "summary")
+_PROTOCOL_MERGED_KEYS = ("templates", "endpoints", "headers", "upstream", "stream", "errors", "summary", "gen_ai")
 
 
 def _merge_sections(base, doc, keys):
@@ -278,16 +278,25 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
               if directory == dirs[0] and src.doc.get("kind") in V1_TOLERATED_KINDS}
     tables = build_tables(layered)
     ctx = checks.CheckContext(HOOKS, {n: d for n, (d, _) in layered.tables.items()}, tables,
-                              {n: v for n, (v, _, _) in layered.enums.items()}, checks.ir_event_fields(SCHEMAS), legacy)
+                              {n: v for n, (v, _, _) in layered.enums.items()}, checks.ir_event_fields(SCHEMAS), legacy,
+                              {n: d for n, (d, _) in layered.protocols.items()})
     for _, src in sources:
         for check in checks.CHECKS:
             try:
                 problems.extend(RuleError(problem, src.path, line) for line, problem in check(ctx, src.doc))
             except (KeyError, TypeError, AttributeError):
                 continue  # a shape the schema check reported
-    codecs, streams = {}, {}
+    codecs, streams, protocols = {}, {}, {}
+    for name, (doc, file) in layered.protocols.items():
+        try:
+            protocols[name] = compile_descriptor(name, doc, file, HOOKS, tables)
+        except RuleError as err:
+            problems.append(err)
+            protocols[name] = Descriptor(name, doc, file)
     for (kind, protocol), (doc, file) in layered.codecs.items():
-        compiler = Compiler(file, HOOKS, tables, doc.get("templates") or {}, legacy=legacy, found=found, observe=observe)
+        # A codec file's templates, and its protocol's shared ones as `protocol.<name>`.
+        named = shared_templates(layered.protocols.get(protocol, (None,))[0], file, doc.get("templates") or {})
+        compiler = Compiler(file, HOOKS, tables, named, legacy=legacy, found=found, observe=observe)
         try:
             if kind.startswith("stream."):
                 streams[(kind, protocol)] = StreamRules(doc, compiler)
@@ -296,7 +305,6 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
         except RuleError as err:
             problems.append(err)
     enums = {name: values for name, (values, _, _) in layered.enums.items()}
-    protocols = {name: Descriptor(name, doc, file) for name, (doc, file) in layered.protocols.items()}
     return Rules(codecs, streams, tables, enums, protocols), _unique(problems)
 
 

@@ -17,12 +17,12 @@ from aiohttp import web
 
 import engine
 
-from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing, usage
+from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
 from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
-from proxai.logs import log_request
+from proxai.logs import log_request, usage_fields
 from proxai.metrics import Metrics
 from proxai.origin import is_loopback as _is_loopback
 from proxai.relay import Relay
@@ -64,7 +64,8 @@ class Proxy:
         self.metrics = Metrics(in_flight=lambda: self.active, config=lambda: self.config)
         self.state = responses_state.build(config, self.metrics)  # None: state.backend none
         self.limits = limits.Limits(self.state.store if self.state is not None else None)
-        self.tracing = tracing.setup(config.tracing)  # a no-op unless tracing.enabled and the otel extra
+        # a no-op unless tracing.enabled and the otel extra; the GenAI names come from the rules
+        self.tracing = tracing.setup(config.tracing, describe=lambda protocol: self.engine.gen_ai(protocol))
         self.readiness = readiness.Readiness()
         self.readiness.add("rules", lambda: None if self.live.engine.codecs else "no rules loaded")
         if self.state is not None:
@@ -276,8 +277,10 @@ class Proxy:
                 data = await read_body(upstream, provider, cap=self.config.server.max_upstream_body_bytes)
                 if "_owned_id" in info:
                     await responses_state.remember_passthrough(self, request, pools.response_id(data))
-                info.update(usage.from_body(protocol, data) or {})
-                self.tracing.upstream_done(info, protocol, data)
+                # Usage, stop and model as the protocol's summary rules read them (an override changes them all).
+                summary = self.engine.summary(protocol, data)
+                info.update(usage_fields(summary.get("usage")))
+                self.tracing.upstream_done(info, protocol, summary)
                 response = _json_response(upstream.status, data, upstream.headers, info)
                 relayed_type = upstream.headers.get("Content-Type", "")
                 if relayed_type and "json" not in relayed_type.lower():
@@ -355,7 +358,7 @@ class Proxy:
         finally:
             # Both observers report the IR's canonical usage and stop, read by the provider's stream.decode rules.
             observer = relay.observer
-            info.update(usage.normalise(usage.CANONICAL, observer.usage) or {})
+            info.update(usage_fields(observer.usage))
             info["_stop"] = observer.stop  # for tracing
             if observer.translation_failed:
                 info["translation_error"] = "stream"
@@ -394,7 +397,7 @@ class Proxy:
         if 200 <= upstream.status < 300:
             return
         data = await read_body(upstream, provider, limit=64 * 1024)
-        raise E.upstream_error(provider.protocol, upstream.status, data, upstream.headers)
+        raise E.upstream_error(provider.protocol, upstream.status, data, upstream.headers, self.engine)
 
     # --- translation -------------------------------------------------------------------
 
@@ -450,8 +453,11 @@ class Proxy:
                     upstream_body = orjson.loads(data)
                 except orjson.JSONDecodeError:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} answered with a body that is not JSON") from None
-                info.update(usage.from_body(provider.protocol, upstream_body) or {})
-                self.tracing.upstream_done(info, provider.protocol, upstream_body)
+                # Usage, stop and model by the provider protocol's summary rules: the same
+                # templates its response.decode reads usage with.
+                summary = self.engine.summary(provider.protocol, upstream_body)
+                info.update(usage_fields(summary.get("usage")))
+                self.tracing.upstream_done(info, provider.protocol, summary)
                 try:
                     with self.tracing.span("translate response", info):
                         client_body = self.engine.translate_response(ctx, upstream_body)
@@ -562,14 +568,14 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     request[INFO_KEY] = info
     proxy = request.app[PROXY_KEY]
     pinned = reload.pin(proxy)  # the request and its stream finish on the generation they start on
-    tables = proxy.engine.tables
+    rules = proxy.engine  # the error bodies are its protocols' `errors:` rules
     response: web.StreamResponse | None = None
     try:
         _refuse_foreign_pages(request, proxy)
         response = await handler(request)
         return response
     except E.ProxyError as err:
-        response = _error_response(protocol, err, info, tables)
+        response = _error_response(protocol, err, info, rules)
         return response
     except web.HTTPException as exc:
         await _capture_unrouted(request)
@@ -583,7 +589,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             err = E.RequestTooLarge("request body is too large")
         else:
             err = E.ProxyError(exc.reason or "error", status=exc.status)
-        response = _error_response(protocol, err, info, tables)
+        response = _error_response(protocol, err, info, rules)
         if exc.status == 405:
             response.headers["Allow"] = ", ".join(sorted(getattr(exc, "allowed_methods", None) or {"POST"}))
         return response
@@ -591,7 +597,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         # No message: it might quote request content. Type and location suffice to find the bug.
         tb = "".join(traceback.format_tb(exc.__traceback__))
         log.error("internal error %s in request %s\n%s", type(exc).__name__, request_id, tb)
-        response = _error_response(protocol, E.InternalError("internal error in the proxy"), info, tables)
+        response = _error_response(protocol, E.InternalError("internal error in the proxy"), info, rules)
         info["error"] = type(exc).__name__
         return response
     finally:
@@ -650,8 +656,8 @@ async def _capture_unrouted(request: web.Request) -> None:
     cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), body)
 
 
-def _error_response(protocol: str, err: E.ProxyError, info: dict, tables) -> web.Response:
-    status, headers, body = E.render_http(protocol, err, tables)
+def _error_response(protocol: str, err: E.ProxyError, info: dict, rules) -> web.Response:
+    status, headers, body = E.render_http(protocol, err, rules)
     response = web.Response(status=status, body=body)
     for name, value in headers.items():
         response.headers[name] = value
@@ -696,7 +702,7 @@ def make_runner(app: web.Application) -> web.AppRunner:
     # The drain (shutdown.drain) has already run when aiohttp's own shutdown wait starts: keep that short.
     proxy = app[PROXY_KEY]
     return serving.Runner(app, limits=proxy.config.server, protocol_for_path=protocol_for_path,
-                          tables=lambda: proxy.engine.tables, handle_signals=False, access_log=None,
+                          rules=lambda: proxy.engine, handle_signals=False, access_log=None,
                           handler_cancellation=True, shutdown_timeout=shutdown.AFTER_DRAIN_SECS)
 
 

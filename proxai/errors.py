@@ -2,14 +2,14 @@
 
 The exception classes are one tree, defined and documented in `engine/errors.py`
 and re-exported here; `render_http` turns one into the HTTP answer a client of a given
-protocol expects (docs/errors.md). In-stream errors come from the stream.encode rules
-(docs/streaming.md §5).
+protocol expects (docs/errors.md) and `upstream_error` reads a provider's error answer,
+both by the protocol's `errors:` rules (rules/<protocol>/protocol.yaml, through the
+engine). In-stream errors come from the stream.encode rules (docs/streaming.md §5).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 import re
 from typing import Any, Mapping
 
@@ -50,68 +50,28 @@ def _lookup(name: str, status: int, tables: Mapping | None) -> str:
     return (tables or builtin_tables())[name].lookup(status)
 
 
-def family(protocol: str) -> str:
-    if protocol == GEMINI:
-        return "gemini"
-    return "anthropic" if protocol == ANTHROPIC else "openai"
-
-
-def error_type_for(protocol: str, err: ProxyError, tables: Mapping | None = None) -> str:
-    if err.error_type and err.type_family == family(protocol):
-        return err.error_type
-    if protocol == ANTHROPIC:
-        return _lookup("http_status->anthropic_messages.error_type", err.status, tables)
-    return _lookup("http_status->openai.error_type", err.status, tables)
-
-
 def responses_error_code(status: int, tables: Mapping | None = None) -> str:
     return _lookup("http_status->openai_responses.error_code", status, tables)
+
+
+@functools.lru_cache(maxsize=1)
+def builtin_engine():
+    """The built-in rules, for callers with no engine at hand (the server passes its own,
+    so a rules_dir that overrides an error body changes every answer)."""
+    import engine
+
+    return engine.Engine.load()
 
 
 # --- native shapes ----------------------------------------------------------
 
 
-def error_body(protocol: str, err: ProxyError, tables: Mapping | None = None) -> dict[str, Any]:
-    if protocol == GEMINI:
-        return gemini_error_body(err, tables)
-    if protocol == ANTHROPIC:
-        # The Anthropic error body has no param field: the field goes into the message.
-        message = err.message
-        if err.param and f"at {err.param})" not in (message or ""):
-            message = f"{message} (at {err.param})"
-        return {"type": "error", "error": {"type": error_type_for(protocol, err, tables), "message": message},
-                "status": err.status}
-    return {
-        "error": {
-            "message": err.message,
-            "type": error_type_for(protocol, err, tables),
-            "param": err.param,
-            "code": err.code,
-            "status": err.status,
-        }
-    }
-
-
-def gemini_error_body(err: ProxyError, tables: Mapping | None = None) -> dict[str, Any]:
-    """google.rpc.Status as the Gemini API sends it; the field, when known, also as a
-    BadRequest field violation (where Google's own errors name it)."""
-    status = err.error_type if err.error_type and err.type_family == family(GEMINI) else \
-        _lookup("http_status->gemini_generate_content.status", err.status, tables)
-    message = err.message
-    if err.param and err.param not in (message or ""):
-        message = f"{message} (at {err.param})"
-    body: dict[str, Any] = {"code": err.status, "message": message, "status": status}
-    if err.param:
-        body["details"] = [{"@type": "type.googleapis.com/google.rpc.BadRequest",
-                            "fieldViolations": [{"field": err.param, "description": err.message}]}]
-    return {"error": body}
-
-
-def render_http(protocol: str, err: ProxyError, tables: Mapping | None = None) -> tuple[int, dict[str, str], bytes]:
-    """Status, headers and body of an HTTP error answer for a client of `protocol`."""
+def render_http(protocol: str, err: ProxyError, rules=None) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of an HTTP error answer for a client of `protocol`, by
+    the protocol's `errors.encode` rule of `rules` (an engine.Engine; default: the built-in rules)."""
     headers = dict(err.headers)
     headers["Content-Type"] = "application/json"
-    return err.status, headers, orjson.dumps(error_body(protocol, err, tables))
+    return err.status, headers, orjson.dumps((rules or builtin_engine()).http_error(protocol, err))
 
 
 def render_stream(
@@ -123,15 +83,14 @@ def render_stream(
     tables: Mapping | None = None,
 ) -> bytes:
     """A Responses client's in-stream error written outside the stream rules: the state
-    store failing under a translated stream (proxai/responses_state.py). Every other
-    in-stream error is the IR `error` event through the client protocol's stream.encode
-    rules (engine/stream.py, proxai/relay.py).
+    store failing under a translated stream (proxai/responses_state.py, the only
+    caller: stored responses are a Responses feature). Every other in-stream error is
+    the IR `error` event through the client protocol's stream.encode rules
+    (engine/stream.py, proxai/relay.py).
 
     `sequence_number` is the next unused number and `response` the last known snapshot
     (or None); the output is an `error` event followed by `response.failed`.
     """
-    if protocol != RESPONSES:
-        raise ValueError(f"render_stream is for Responses streams, not {protocol}")
     error_event = {
         "type": "error",
         "code": err.code,
@@ -202,61 +161,33 @@ def _summary(raw: bytes, status: int) -> str:
 
 
 def upstream_error(
-    provider_protocol: str, status: int, raw: bytes, headers: Mapping[str, str]
+    provider_protocol: str, status: int, raw: bytes, headers: Mapping[str, str], rules=None
 ) -> UpstreamError:
-    """Map a provider's non-2xx answer: keep status, message, and code/param only when sent."""
-    message = code = param = err_type = None
+    """Map a provider's non-2xx answer by the protocol's `errors.decode` rule of `rules`
+    (an engine.Engine; default: the built-in rules): keep status, message, and
+    code/param only when sent."""
     try:
         body = orjson.loads(raw) if raw else None
     except orjson.JSONDecodeError:
         body = None
     kept = preserved_headers(headers)
-    if provider_protocol == GEMINI and isinstance(body, list) and body and isinstance(body[0], dict):
-        body = body[0]  # a stream request's error can come as a one-element JSON array
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and provider_protocol == GEMINI:
-            # {"error": {"code": 429, "message", "status": "RESOURCE_EXHAUSTED", "details"}}: the
-            # status name is the type; the numeric code is the HTTP status already.
-            message = err.get("message")
-            err_type = err.get("status")
-            if "retry-after" not in kept:
-                delay = _gemini_retry_delay(err.get("details"))
-                if delay is not None:
-                    kept["retry-after"] = delay
-        elif isinstance(err, dict):
-            message = err.get("message")
-            err_type = err.get("type")
-            code = err.get("code")
-            param = err.get("param")
-        elif isinstance(err, str):
-            message = err
-        elif isinstance(body.get("message"), str):
-            message = body["message"]
-        elif isinstance(body.get("detail"), str):
-            message = body["detail"]
+    ir = (rules or builtin_engine()).parse_error(provider_protocol, status, body)
+    message = ir.get("message")
+    if (not isinstance(message, str) or not message) and isinstance(body, dict) and not isinstance(body.get("error"), dict):
+        # Not the protocol's shape (a gateway in between): the usual places of a message.
+        message = next((body[k] for k in ("error", "message", "detail") if isinstance(body.get(k), str)), None)
     if not isinstance(message, str) or not message:
         message = _summary(raw, status)
+    retry_after = ir.get("retry_after")
+    if isinstance(retry_after, str) and "retry-after" not in kept:
+        kept["retry-after"] = retry_after
+    code, param, err_type = ir.get("code"), ir.get("param"), ir.get("error_type")
     return UpstreamError(
         message,
         status=status,
         code=code if isinstance(code, (str, int)) else None,
         param=param if isinstance(param, str) else None,
         error_type=err_type if isinstance(err_type, str) else None,
-        type_family=family(provider_protocol),
+        type_family=ir.get("vocabulary"),
         headers=kept,
     )
-
-
-_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
-
-
-def _gemini_retry_delay(details: Any) -> str | None:
-    """Google's RetryInfo detail (`retryDelay: "37s"`) as a Retry-After value in whole
-    seconds: what every client SDK reads before retrying a 429."""
-    for detail in details if isinstance(details, list) else ():
-        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
-            match = _DELAY.match(str(detail.get("retryDelay", "")))
-            if match:
-                return str(max(1, math.ceil(float(match.group(1)))))
-    return None

@@ -38,6 +38,22 @@ _FIELDS = (
 )
 
 
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def usage_fields(usage: Any) -> dict[str, int]:
+    """The summary's token counts from an IR usage (schemas/ir.schema.json `usage`, as the
+    rules read it: `Engine.summary`, or a stream's decoded events): `input_tokens` is the
+    whole input, caches included; `cache_read_tokens` and `cache_write_tokens` are the
+    parts of it read from and written to the provider's prompt cache. A count the
+    provider did not report is 0; no usage at all, no counts."""
+    if not isinstance(usage, dict):
+        return {}
+    return {"input_tokens": _count(usage.get("input_tokens")), "output_tokens": _count(usage.get("output_tokens")),
+            "cache_read_tokens": _count(usage.get("cached_tokens")), "cache_write_tokens": _count(usage.get("cache_write_tokens"))}
+
+
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):

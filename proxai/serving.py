@@ -161,7 +161,7 @@ class Handler(RequestHandler):
             err = E.ProxyError("error in the proxy's HTTP server", status=status)
             log.error("HTTP server error %d (%s) for a request from %s", status,
                       type(exc).__name__ if exc else "unknown", request.remote)
-        code, headers, body = E.render_http(protocol, err, self._server.tables())
+        code, headers, body = E.render_http(protocol, err, self._server.rules())
         response = web.Response(status=code, body=body, headers=headers)
         response.force_close()
         return response
@@ -170,11 +170,11 @@ class Handler(RequestHandler):
 class Server(web.Server):
     """aiohttp's connection manager with the connection cap."""
 
-    def __init__(self, *args: Any, limits, protocol_for_path, tables, **kwargs: Any):
+    def __init__(self, *args: Any, limits, protocol_for_path, rules, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._limits = limits
         self.protocol_for_path = protocol_for_path
-        self.tables = tables
+        self.rules = rules  # () -> the live engine: its protocols' `errors:` rules word the answers
         self.max_connections = effective_max_connections(limits.max_connections, limits.max_concurrent_requests)
 
     def __call__(self) -> RequestHandler:
@@ -215,9 +215,9 @@ def effective_max_connections(configured: int, max_concurrent: int) -> int:
 class Runner(web.AppRunner):
     """An AppRunner whose server is the hardened one above."""
 
-    def __init__(self, app: web.Application, *, limits, protocol_for_path, tables, **kwargs: Any):
+    def __init__(self, app: web.Application, *, limits, protocol_for_path, rules, **kwargs: Any):
         super().__init__(app, **kwargs)
-        self._hardening = dict(limits=limits, protocol_for_path=protocol_for_path, tables=tables)
+        self._hardening = dict(limits=limits, protocol_for_path=protocol_for_path, rules=rules)
 
     async def _make_server(self) -> web.Server:
         base = await super()._make_server()

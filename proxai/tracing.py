@@ -13,19 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any, ContextManager, Iterator, Mapping
-
-import orjson
-
-from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
+from typing import Any, Callable, ContextManager, Iterator, Mapping
 
 log = logging.getLogger("proxai")
 
-# The system (gen_ai.system and its successor gen_ai.provider.name, one value) and
-# gen_ai.operation.name per protocol, values of the OpenTelemetry GenAI conventions:
-# Gemini is gcp.gemini (plain "gemini" is deprecated) and its operation generate_content.
-SYSTEMS = {CHAT: ("openai", "chat"), RESPONSES: ("openai", "chat"), ANTHROPIC: ("anthropic", "chat"),
-           GEMINI: ("gcp.gemini", "generate_content")}
+#: protocol -> (gen_ai.system, gen_ai.operation.name): the `gen_ai:` of its protocol.yaml
+Describe = Callable[[str], "tuple[str | None, str | None]"]
 
 
 _NULL = contextlib.nullcontext()  # reusable: the no-op costs no allocation per request
@@ -45,7 +38,7 @@ class Tracing:
     def upstream_start(self, info: dict, provider_name: str, protocol: str, model: str) -> dict[str, str] | None:
         return None
 
-    def upstream_done(self, info: dict, protocol: str, body: Any = None) -> None:
+    def upstream_done(self, info: dict, protocol: str, summary: Mapping[str, Any] | None = None) -> None:
         pass
 
     def shutdown(self) -> None:
@@ -55,8 +48,9 @@ class Tracing:
 NOOP = Tracing()
 
 
-def setup(settings: Any, provider: Any = None) -> Tracing:
-    """The app's tracing for `settings` (a TracingConfig); `provider` overrides the TracerProvider."""
+def setup(settings: Any, provider: Any = None, describe: Describe | None = None) -> Tracing:
+    """The app's tracing for `settings` (a TracingConfig); `provider` overrides the TracerProvider;
+    `describe` gives a protocol's GenAI system and operation (default: the built-in rules')."""
     if settings is None or not settings.enabled:
         return NOOP
     try:
@@ -64,54 +58,25 @@ def setup(settings: Any, provider: Any = None) -> Tracing:
     except ImportError:
         log.warning("tracing.enabled is true but OpenTelemetry is not installed (pip install 'proxai[otel]'): no spans")
         return NOOP
-    return OtelTracing(settings, provider)
+    return OtelTracing(settings, provider, describe)
 
 
-def _finish_reasons(protocol: str, body: Any) -> list[str]:
-    """The provider's own stop values, read from a non-streaming body."""
-    if isinstance(body, (bytes, bytearray)):
-        try:
-            body = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return []
-    if not isinstance(body, dict):
-        return []
-    if protocol == CHAT:
-        return [c["finish_reason"] for c in body.get("choices") or [] if isinstance(c, dict) and c.get("finish_reason")]
-    if protocol == ANTHROPIC:
-        return [body["stop_reason"]] if isinstance(body.get("stop_reason"), str) else []
-    if protocol == GEMINI:
-        return [c["finishReason"] for c in body.get("candidates") or [] if isinstance(c, dict) and c.get("finishReason")]
-    status = body.get("status")
-    reason = (body.get("incomplete_details") or {}).get("reason") if isinstance(body.get("incomplete_details"), dict) else None
-    return [f"{status}:{reason}" if reason else status] if isinstance(status, str) else []
+def _builtin_describe(protocol: str) -> tuple[str | None, str | None]:
+    from proxai.errors import builtin_engine
 
-
-def _response_model(body: Any) -> str | None:
-    if isinstance(body, (bytes, bytearray)):
-        try:
-            body = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            return None
-    if isinstance(body, dict):
-        model = body.get("model", body.get("modelVersion"))  # Gemini: modelVersion
-        if isinstance(model, str):
-            return model
-        response = body.get("response")
-        if isinstance(response, dict) and isinstance(response.get("model"), str):
-            return response["model"]
-    return None
+    return builtin_engine().gen_ai(protocol)
 
 
 class OtelTracing(Tracing):
     enabled = True
 
-    def __init__(self, settings: Any, provider: Any = None):
+    def __init__(self, settings: Any, provider: Any = None, describe: Describe | None = None):
         from opentelemetry import trace
         from opentelemetry.propagators.textmap import DefaultGetter
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         self._trace = trace
+        self.describe = describe or _builtin_describe
         self._propagator = TraceContextTextMapPropagator()
         self._getter = DefaultGetter()
         self._owned = None
@@ -166,7 +131,7 @@ class OtelTracing(Tracing):
         span.end()
 
     def _gen_ai(self, span: Any, info: dict, protocol: str | None, model: str | None) -> None:
-        system, operation = SYSTEMS.get(protocol or "", (None, None))
+        system, operation = self.describe(protocol) if protocol else (None, None)
         if system:
             span.set_attribute("gen_ai.system", system)
             span.set_attribute("gen_ai.provider.name", system)
@@ -194,7 +159,8 @@ class OtelTracing(Tracing):
     def upstream_start(self, info: dict, provider_name: str, protocol: str, model: str) -> dict[str, str] | None:
         parent = info.get("_span")
         ctx = self._trace.set_span_in_context(parent) if parent is not None else None
-        system, operation = SYSTEMS.get(protocol, ("_OTHER", "chat"))
+        system, operation = self.describe(protocol)
+        system, operation = system or "_OTHER", operation or "chat"
         span = self.tracer.start_span(f"{operation} {model}", context=ctx, kind=self._trace.SpanKind.CLIENT,
                                       attributes={"gen_ai.system": system, "gen_ai.provider.name": system,
                                                   "gen_ai.operation.name": operation,
@@ -204,13 +170,15 @@ class OtelTracing(Tracing):
         self._propagator.inject(headers, context=self._trace.set_span_in_context(span))
         return headers
 
-    def upstream_done(self, info: dict, protocol: str, body: Any = None) -> None:
+    def upstream_done(self, info: dict, protocol: str, summary: Mapping[str, Any] | None = None) -> None:
+        """`summary`: a non-streaming answer's Engine.summary (a stream's stop is info's `_stop`)."""
         span = info.pop("_upstream_span", None)
         if span is None:
             return
-        if body is not None:
-            info["_finish_reasons"] = _finish_reasons(protocol, body)
-            info["_response_model"] = _response_model(body)
+        if summary is not None:
+            # The IR stop reason, as for streams: one vocabulary whatever the provider's.
+            info["_finish_reasons"] = [summary["stop"]] if isinstance(summary.get("stop"), str) else []
+            info["_response_model"] = summary.get("model") if isinstance(summary.get("model"), str) else None
         self._gen_ai(span, info, protocol, info.get("upstream_model"))
         if info.get("upstream_request_id"):
             span.set_attribute("proxai.upstream_request_id", str(info["upstream_request_id"]))

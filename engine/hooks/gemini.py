@@ -257,8 +257,25 @@ class Blocks:
 OBJECTS = {"gemini.chunks": Chunks, "gemini.blocks": Blocks}
 
 
+_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
+
+
+def retry_after(scope, details=None):
+    """Google's RetryInfo detail (`retryDelay: "37s"`) as a Retry-After value in whole
+    seconds (at least 1): what every client SDK reads before retrying a 429."""
+    import math
+
+    for detail in details if isinstance(details, list) else ():
+        if isinstance(detail, dict) and str(detail.get("@type", "")).endswith("google.rpc.RetryInfo"):
+            match = _DELAY.match(str(detail.get("retryDelay", "")))
+            if match:
+                return str(max(1, math.ceil(float(match.group(1)))))
+    return None
+
+
 HOOKS = {
     # provider side
+    "gemini.retry_after": retry_after,
     "gemini.call_id": call_id,
     "gemini.standard_base64": standard_base64,
     "gemini.guess_mime": guess_mime,

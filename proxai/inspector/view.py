@@ -14,8 +14,9 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import orjson
 
 import engine
-from proxai import capture, usage
-from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
+from proxai import capture
+from proxai.logs import usage_fields
+from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES, builtin_engine
 from proxai.inspector.record import ON_DISK, Entry
 from proxai.sse import SSEParser
 from proxai.streaming import Outcome
@@ -55,7 +56,7 @@ def outcome(entry: Entry) -> str:
     return entry.info.get("outcome") or Outcome.OPEN.value
 
 
-def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captured]) -> dict[str, Any]:
+def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captured], eng: engine.Engine | None = None) -> dict[str, Any]:
     """What the phase files alone say about a request captured to disk."""
     out: dict[str, Any] = {k: None for k in _SUMMARY_KEYS}
     out.update(key="disk:" + request_id, source="disk", request_id=request_id, time=mtime, in_flight=False, status=None)
@@ -81,7 +82,8 @@ def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captur
             out["status"] = int(parts[1])
     upstream = phases.get("upstream_response")
     if upstream is not None and not upstream.is_stream and out["provider_protocol"]:
-        out.update(usage.from_body(out["provider_protocol"], upstream.body) or {})
+        # The counts the log line had: the provider protocol's summary rules.
+        out.update(usage_fields((eng or builtin_engine()).summary(out["provider_protocol"], upstream.body).get("usage")))
     out["mode"] = _mode(out.get("client_protocol"), out.get("provider_protocol"))
     return out
 

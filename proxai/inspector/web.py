@@ -212,7 +212,7 @@ class InspectorWeb:
                 continue
             row = self._disk_cache.get((rid, mtime))
             if row is None:
-                row = view.disk_summary(rid, mtime, capture.load(rid, root))
+                row = view.disk_summary(rid, mtime, capture.load(rid, root), self.proxy.engine)
             cache[(rid, mtime)] = row
             rows.append(row)
         self._disk_cache = cache
