@@ -1,0 +1,67 @@
+"""protocol.yaml's summary, errors and shared templates: checked by the loader (so by
+`proxai lint`) with file:line, and run by Engine.http_error / Engine.parse_error."""
+from __future__ import annotations
+
+import pytest
+
+import engine
+from engine.errors import UpstreamError
+from engine.lint import lint_dirs
+
+
+def _override(tmp_path, protocol: str, text: str):
+    (tmp_path / protocol).mkdir(exist_ok=True)
+    (tmp_path / protocol / "protocol.yaml").write_text(f"kind: protocol\nprotocol: {protocol}\n" + text)
+    return lint_dirs([tmp_path])
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("summary:\n  model: {$ref: protocol.nope}\n", 4, "unknown template 'protocol.nope'"),
+    ("summary:\n  usage: {input_tokens: $u.prompt_tokens}\n", 4, "summary.usage reads $u"),
+    ("templates:\n  usage_in:\n    params: [v]\n    body: {input_tokens: $u.prompt_tokens}\n", 6, "reads $u"),
+    ("errors:\n  encode: {type: {$table: http_status->nope, $of: status}}\n", 4, "unknown table 'http_status->nope'"),
+    ("summary:\n  tokens: usage\n", 4, "tokens"),
+])
+def test_lint_reports_a_broken_protocol_section_with_file_and_line(tmp_path, text, line, words):
+    problems = _override(tmp_path, "openai_chat_completions", text)
+    assert any(f"protocol.yaml:{line}" in p and words in p for p in problems), problems
+
+
+def test_a_codec_file_refs_a_shared_template_that_an_override_breaks(tmp_path):
+    # The codec files $ref protocol.usage_out: an override's bad body is named where it is.
+    problems = _override(tmp_path, "openai_chat_completions",
+                         "templates:\n  usage_out:\n    params: [u]\n    body: {prompt_tokens: {$hook: no.such}}\n")
+    assert any("protocol.yaml:6" in p and "no.such" in p for p in problems), problems
+
+
+def test_the_built_in_protocol_rules_lint_clean():
+    assert [p for p in lint_dirs([engine.ruleset.BUILTIN_RULES]) if "protocol.yaml" in p] == []
+
+
+def test_http_error_keeps_a_native_type_only_for_its_own_vocabulary():
+    eng = engine.Engine.load()
+    err = UpstreamError("slow down", status=429, error_type="overloaded_error", type_family="anthropic")
+    assert eng.http_error("anthropic_messages", err)["error"]["type"] == "overloaded_error"
+    assert eng.http_error("openai_chat_completions", err)["error"]["type"] == "rate_limit_error"
+    assert eng.http_error("gemini_generate_content", err)["error"]["status"] == "RESOURCE_EXHAUSTED"
+
+
+def test_parse_error_reads_each_protocols_error_body():
+    eng = engine.Engine.load()
+    assert eng.parse_error("anthropic_messages", 529, {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}) == {
+        "message": "busy", "error_type": "overloaded_error", "status": 529, "vocabulary": "anthropic"}
+    gemini = [{"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED",
+                         "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "36.2s"}]}}]
+    assert eng.parse_error("gemini_generate_content", 429, gemini) == {
+        "message": "quota", "error_type": "RESOURCE_EXHAUSTED", "retry_after": "37", "status": 429, "vocabulary": "gemini"}
+    assert eng.parse_error("openai_chat_completions", 502, "<html>") == {"status": 502, "vocabulary": "openai"}
+
+
+def test_an_override_of_the_error_body_changes_http_errors(tmp_path):
+    (tmp_path / "openai_chat_completions").mkdir()
+    (tmp_path / "openai_chat_completions" / "protocol.yaml").write_text(
+        "kind: protocol\nprotocol: openai_chat_completions\nerrors:\n  encode: {error: {message: message, status: status}}\n")
+    eng = engine.Engine.load(tmp_path)
+    assert eng.http_error("openai_chat_completions", UpstreamError("no", status=500)) == {"error": {"message": "no", "status": 500}}
+    # the rest of the section comes from the built-in file
+    assert eng.protocols["openai_chat_completions"].error_vocabulary == "openai"
