@@ -21,11 +21,10 @@ from .ruleset import load_rules, rule_dirs, rule_files
 from .stream import StreamTranslator
 from .protocol import run_template
 from .toolcalls import restore_response
+from .wire import Wire
 
 __all__ = ["Engine", "Context", "ProxaiError", "ProxyError", "RuleError", "TranslationError", "InvalidRequest",
            "UpstreamProtocolError", "DEFAULT_MAX_TOKENS"]
-
-PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")
 
 
 _COMPILED: OrderedDict = OrderedDict()
@@ -57,6 +56,7 @@ class Engine:
     def __init__(self, codecs: dict, streams: dict, tables: dict, enums: dict, protocols: dict | None = None):
         self.codecs, self.streams, self.tables, self.enums = codecs, streams, tables, enums
         self.protocols = protocols or {}   # protocol -> engine.protocol.Descriptor (rules/<p>/protocol.yaml)
+        self.wire = Wire(self.protocols)   # the wire surface: endpoints, headers, upstream URLs
 
     @classmethod
     def load(cls, override_dir: str | Path | None = None, builtin_dir: str | Path | None = None) -> "Engine":

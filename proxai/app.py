@@ -21,18 +21,18 @@ from proxai import capture, clients, count_tokens, gemini_client, ingress, inspe
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
-from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
+from proxai.protocols import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.logs import log_request, usage_fields
 from proxai.metrics import Metrics
 from proxai.origin import is_loopback as _is_loopback
 from proxai.relay import Relay
 from proxai.streaming import Outcome, StreamLoop, TranslatedStream
 from proxai.routing import RouteMatch, Router
-from proxai.transport import Transport, generate_target, provider_headers, read_body, upstream_url
+from proxai.transport import Transport, provider_headers, read_body, upstream_url
+from engine.wire import Target
 
 log = logging.getLogger("proxai")
 
-PATHS = paths.GENERATE
 REQUEST_ID_HEADER = requestid.HEADER
 # Hosted tools left out of a translated request (hosted_tools: drop), comma-separated.
 DROPPED_TOOLS_HEADER = "x-proxai-dropped-tools"
@@ -43,9 +43,10 @@ INFO_KEY: web.RequestKey[dict] = web.RequestKey("proxai.info", dict)
 CAPTURE_KEY: web.RequestKey[capture.RequestCapture] = web.RequestKey("proxai.capture", capture.RequestCapture)
 
 
-def protocol_for_path(path: str, headers=None) -> str:
+def protocol_for_path(app: web.Application):
     """The client protocol of a path; other paths answer in the closest family's shape."""
-    return paths.protocol_for(path, headers or {})
+    surface = app[PROXY_KEY].paths
+    return lambda path, headers=None: surface.protocol_for(path, headers or {})
 
 
 class Proxy:
@@ -54,6 +55,8 @@ class Proxy:
         # Rules load once per generation, here and on reload; a broken rule file (built-in or
         # the config's rules_dir) stops startup with file:line rather than failing requests later.
         self.live: reload.Generation = reload.prepare(config, with_router=not demo)
+        # The client paths of the protocols the rules describe (fixed for the process: routes are).
+        self.paths = paths.Surface(self.engine.wire)
         self.transport = Transport(pool_size=max(100, config.server.max_concurrent_requests))
         self.active = 0
         phases = [phase for phase, on in config.capture.items() if on]
@@ -150,7 +153,7 @@ class Proxy:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         info: dict[str, Any] = request[INFO_KEY]
-        protocol = PATHS[paths.canonical(request.path)]
+        protocol = self.paths.generate[paths.canonical(request.path)]
         self._authorize(request)
         raw = await self.admit(request, info)
         with self.slot(), self.tracing.request(request.headers, request.method, request.path, info):
@@ -237,23 +240,26 @@ class Proxy:
             target = dataclasses.replace(match, provider=provider, upstream_model=upstream_model)
             return await self._serve_on(request, protocol, provider, target, dict(body), raw, stream, info, turns)
 
-        conversation = pools.conversation_key(protocol, body)
+        conversation = pools.conversation_key(body, self.engine.wire.user_fields(protocol))
         info["_pooled"] = True
-        return await self.resilience.serve(plan, info, conversation, attempt, responses=protocol == RESPONSES)
+        return await self.resilience.serve(plan, info, conversation, attempt, responses=self.engine.wire.has(protocol, "stored_responses"))
 
     async def _serve_on(
         self, request: web.Request, protocol: str, provider: ProviderConfig, match: RouteMatch,
         body: dict, raw: bytes, stream: bool, info: dict, turns: list | None = None,
     ) -> web.StreamResponse:
-        stateful = protocol == RESPONSES and self.state is not None  # the proxy's Responses state applies
+        # the proxy keeps the state of this protocol's responses (previous_response_id, store)
+        stateful = self.engine.wire.has(protocol, "stored_responses") and self.state is not None
         if provider.protocol == protocol:
             if match.upstream_model != body["model"]:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
             if stateful and body.get("store") is not False:
                 info["_owned_id"] = True  # the provider keeps this response: note whose it is (responses_state)
-            return await self._passthrough(request, protocol, provider, raw, stream, info,
-                                           query=request.rel_url.raw_query_string, body=body)
+            target = self.engine.wire.target(protocol, "generate", match.upstream_model, stream)
+            target = Target(target.path, target.query or request.rel_url.raw_query_string)
+            return await self._passthrough(request, protocol, provider, raw, stream, info, target,
+                                           body=body)
         turn = None
         if stateful:
             if turns:  # a retry: the conversation was resolved by the first translated attempt
@@ -266,9 +272,9 @@ class Proxy:
 
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
-        query: str = "", suffix: str = "", body: dict | None = None,
+        target: Target, body: dict | None = None,
     ) -> web.StreamResponse:
-        upstream = await self._send(request, provider, raw, stream, info, query=query, suffix=suffix)
+        upstream = await self._send(request, provider, raw, stream, info, target)
         try:
             await self._raise_for_status(upstream, provider)
             if not _is_event_stream(upstream):
@@ -281,7 +287,7 @@ class Proxy:
                 summary = self.engine.summary(protocol, data)
                 info.update(usage_fields(summary.get("usage")))
                 self.tracing.upstream_done(info, protocol, summary)
-                response = _json_response(upstream.status, data, upstream.headers, info)
+                response = _json_response(upstream.status, data, upstream.headers, info, self.engine.wire)
                 relayed_type = upstream.headers.get("Content-Type", "")
                 if relayed_type and "json" not in relayed_type.lower():
                     response.headers["Content-Type"] = relayed_type  # relayed unchanged: not labelled JSON
@@ -334,7 +340,8 @@ class Proxy:
         response.headers["Content-Type"] = SSE_CONTENT_TYPE
         response.headers["Cache-Control"] = "no-cache"
         response.headers.update(E.preserved_headers(upstream.headers))
-        requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
+        requestid.stamp(response.headers, info["request_id"], self.engine.wire.request_id_header(info.get("client_protocol")),
+                    info.get("upstream_request_id"))
         response.headers.update(info.get("_headers") or {})
         info["status"] = 200
         info["outcome"] = Outcome.OPEN.value
@@ -376,18 +383,19 @@ class Proxy:
 
     async def _send(
         self, request: web.Request, provider: ProviderConfig, body: bytes, stream: bool, info: dict,
-        *, suffix: str = "", query: str = "",
+        target: Target,
     ) -> aiohttp.ClientResponse:
         """Send to the provider; note its request id; capture both sides when asked."""
         cap = request.get(CAPTURE_KEY)
         if cap is not None:
-            headers = provider_headers(provider, request.headers, stream)
+            headers = provider_headers(self.engine.wire, provider, request.headers, stream)
             if "key" in info:
                 headers["x-proxai-served-by"] = info["key"]  # the pool key's fingerprint; not sent upstream
-            cap.whole("provider_request", f"POST {upstream_url(provider, suffix, query)} HTTP/1.1", headers.items(), body)
+            cap.whole("provider_request", f"POST {upstream_url(provider, target.path, target.query)} HTTP/1.1", headers.items(), body)
         trace_headers = self.tracing.upstream_start(info, provider.name, provider.protocol, info.get("upstream_model") or "")
-        upstream = await self.transport.send(provider, body, request.headers, stream, trace_headers, suffix=suffix, query=query)
-        info["upstream_request_id"] = requestid.upstream_id(upstream.headers, provider.protocol)
+        upstream = await self.transport.send(self.engine.wire, provider, body, request.headers, stream, trace_headers,
+                                             path=target.path, query=target.query)
+        info["upstream_request_id"] = requestid.upstream_id(upstream.headers, self.engine.wire.request_id_header(provider.protocol))
         if cap is not None and cap.wants("upstream_response"):
             cap.start("upstream_response", capture.status_line(upstream.status, upstream.reason), upstream.headers.items())
             return capture.TeeUpstream(upstream, cap)  # type: ignore[return-value]
@@ -441,8 +449,8 @@ class Proxy:
             info["cache_breakpoints"] = len(ctx.cache_breakpoints)
         if ctx.dropped_tools:
             info["_headers"] = {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(ctx.dropped_tools))}
-        suffix, query = generate_target(provider, match.upstream_model, stream)
-        upstream = await self._send(request, provider, dump_json(out_body), stream, info, suffix=suffix, query=query)
+        target = self.engine.wire.target(provider.protocol, "generate", match.upstream_model, stream)
+        upstream = await self._send(request, provider, dump_json(out_body), stream, info, target)
         try:
             await self._raise_for_status(upstream, provider)
             if not stream:
@@ -470,7 +478,7 @@ class Proxy:
                     raise
                 if turn is not None:
                     client_body = await turn.finish_body(client_body)  # stored before it goes out
-                return _json_response(200, dump_json(client_body), upstream.headers, info)
+                return _json_response(200, dump_json(client_body), upstream.headers, info, self.engine.wire)
             if not _is_event_stream(upstream):
                 raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
         except BaseException:
@@ -483,8 +491,8 @@ class Proxy:
             tool_call_timeout=self.config.tool_call_timeout_secs,
             provider_name=provider.name,
             max_event_bytes=self.config.server.max_sse_event_bytes,
-            # The google-genai SDK parses every non-data line as JSON and fails on an SSE comment.
-            heartbeat=0 if protocol == GEMINI else self.config.server.stream_heartbeat_secs,
+            # SSE comments only to clients that accept them (the descriptor's stream.comments)
+            heartbeat=self.config.server.stream_heartbeat_secs if self.engine.wire.comments_allowed(protocol) else 0,
             idle_guarded=True,
         )
         return await self._stream(request, relay, upstream, info, turn)
@@ -526,11 +534,12 @@ def _is_event_stream(resp: aiohttp.ClientResponse) -> bool:
     return resp.headers.get("Content-Type", "").lower().startswith("text/event-stream")
 
 
-def _json_response(status: int, data: bytes, upstream_headers, info: dict) -> web.Response:
+def _json_response(status: int, data: bytes, upstream_headers, info: dict, wire: engine.wire.Wire) -> web.Response:
     response = web.Response(status=status, body=data)
     response.headers["Content-Type"] = "application/json"
     response.headers.update(E.preserved_headers(upstream_headers))
-    requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
+    requestid.stamp(response.headers, info["request_id"], wire.request_id_header(info.get("client_protocol")),
+                    info.get("upstream_request_id"))
     response.headers.update(info.get("_headers") or {})
     info["status"] = status
     return response
@@ -560,13 +569,13 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     started = time.monotonic()
     request_id = requestid.from_client(request.headers)
     token = requestid.current.set(request_id)
-    protocol = protocol_for_path(request.path, request.headers)
+    proxy = request.app[PROXY_KEY]
+    protocol = proxy.paths.protocol_for(request.path, request.headers)
     info: dict[str, Any] = {"request_id": request_id, "method": request.method, "path": request.path,
                             "_started": started}
-    if paths.canonical(request.path) in PATHS:
+    if paths.canonical(request.path) in proxy.paths.generate:
         info["client_protocol"] = protocol
     request[INFO_KEY] = info
-    proxy = request.app[PROXY_KEY]
     pinned = reload.pin(proxy)  # the request and its stream finish on the generation they start on
     rules = proxy.engine  # the error bodies are its protocols' `errors:` rules
     response: web.StreamResponse | None = None
@@ -575,13 +584,14 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         response = await handler(request)
         return response
     except E.ProxyError as err:
-        response = _error_response(protocol, err, info, rules)
+        response = _error_response(protocol, err, info, rules, proxy.engine.wire)
         return response
     except web.HTTPException as exc:
         await _capture_unrouted(request)
         if exc.status == 404:
-            err: E.ProxyError = E.NotFound(f"no endpoint at {request.path}; serving {', '.join('POST ' + p for p in PATHS)}"
-                                           f", POST {', POST '.join(paths.COUNT_TOKENS)}, GET {paths.MODELS}")
+            err: E.ProxyError = E.NotFound(
+                f"no endpoint at {request.path}; serving {', '.join('POST ' + p for p in proxy.paths.generate)}"
+                f", POST {', POST '.join(proxy.paths.count_tokens)}, GET {paths.MODELS}")
         elif exc.status == 405:
             allowed = ", ".join(sorted(getattr(exc, "allowed_methods", None) or {"POST"}))
             err = E.MethodNotAllowed(f"method {request.method} is not allowed on {request.path}; use {allowed}")
@@ -589,7 +599,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             err = E.RequestTooLarge("request body is too large")
         else:
             err = E.ProxyError(exc.reason or "error", status=exc.status)
-        response = _error_response(protocol, err, info, rules)
+        response = _error_response(protocol, err, info, rules, proxy.engine.wire)
         if exc.status == 405:
             response.headers["Allow"] = ", ".join(sorted(getattr(exc, "allowed_methods", None) or {"POST"}))
         return response
@@ -597,7 +607,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
         # No message: it might quote request content. Type and location suffice to find the bug.
         tb = "".join(traceback.format_tb(exc.__traceback__))
         log.error("internal error %s in request %s\n%s", type(exc).__name__, request_id, tb)
-        response = _error_response(protocol, E.InternalError("internal error in the proxy"), info, rules)
+        response = _error_response(protocol, E.InternalError("internal error in the proxy"), info, rules, proxy.engine.wire)
         info["error"] = type(exc).__name__
         return response
     finally:
@@ -631,7 +641,7 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             if client is not None and client.tokens_per_minute is not None:
                 tokens = (info.get("input_tokens") or 0) + (info.get("output_tokens") or 0)
                 request.app[PROXY_KEY].limits.spend_later(client, tokens)
-            if paths.canonical(request.path) in PATHS or gemini_client.split(request.path):
+            if paths.canonical(request.path) in proxy.paths.generate or gemini_client.split(request.path):
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:
                     request.app[PROXY_KEY].inspector.finish(info)
@@ -656,12 +666,13 @@ async def _capture_unrouted(request: web.Request) -> None:
     cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), body)
 
 
-def _error_response(protocol: str, err: E.ProxyError, info: dict, rules) -> web.Response:
+def _error_response(protocol: str, err: E.ProxyError, info: dict, rules, wire: engine.wire.Wire) -> web.Response:
     status, headers, body = E.render_http(protocol, err, rules)
     response = web.Response(status=status, body=body)
     for name, value in headers.items():
         response.headers[name] = value
-    requestid.stamp(response.headers, info["request_id"], info.get("client_protocol"), info.get("upstream_request_id"))
+    requestid.stamp(response.headers, info["request_id"], wire.request_id_header(info.get("client_protocol")),
+                    info.get("upstream_request_id"))
     info["status"] = status
     info["error"] = err.kind
     return response
@@ -678,7 +689,7 @@ def build_app(
     proxy = Proxy(config, demo=demo)
     app = web.Application(middlewares=[_middleware], client_max_size=config.server.max_request_body_bytes)
     app[PROXY_KEY] = proxy
-    for path in PATHS:
+    for path in proxy.paths.generate:
         app.router.add_post(path, proxy.handle)
         app.router.add_post(paths.unprefixed(path), proxy.handle)
     count_tokens.register(app, proxy, INFO_KEY)
@@ -701,7 +712,7 @@ def make_runner(app: web.Application) -> web.AppRunner:
     # handler_cancellation: a client that disconnects cancels its handler, and so the upstream request.
     # The drain (shutdown.drain) has already run when aiohttp's own shutdown wait starts: keep that short.
     proxy = app[PROXY_KEY]
-    return serving.Runner(app, limits=proxy.config.server, protocol_for_path=protocol_for_path,
+    return serving.Runner(app, limits=proxy.config.server, protocol_for_path=protocol_for_path(app),
                           rules=lambda: proxy.engine, handle_signals=False, access_log=None,
                           handler_cancellation=True, shutdown_timeout=shutdown.AFTER_DRAIN_SECS)
 

@@ -20,7 +20,8 @@ from typing import Any, Mapping
 import jsonschema
 import yaml
 
-from proxai.errors import ANTHROPIC, CHAT, GEMINI, ConfigError
+from proxai.errors import ConfigError
+from proxai import protocols
 from proxai.route_patterns import compile_route
 from engine.errors import Problem
 from engine import yamlsrc
@@ -253,17 +254,21 @@ def load_file(path: str | os.PathLike[str], env: Mapping[str, str] | None = None
     except yaml.YAMLError as exc:
         raise ConfigError([_syntax_problem(exc, text)], str(p)) from None
     try:
-        cfg = load_dict({} if doc is None else doc, env)
+        cfg = load_dict({} if doc is None else doc, env, base=p.parent)
     except ConfigError as exc:
         raise _placed(exc, {dotted(k): v for k, v in marks.items()}, str(p)) from None
-    rules_dir = cfg.rules_dir
-    if rules_dir and not Path(rules_dir).is_absolute():
-        rules_dir = str(p.parent / rules_dir)  # relative to the config file, not the working directory
-    return dataclasses.replace(cfg, source=str(p), rules_dir=rules_dir)
+    return dataclasses.replace(cfg, source=str(p), rules_dir=_rules_dir(cfg.rules_dir, p.parent))
 
 
-def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
-    """Validate a parsed config document and build a Config (raises ConfigError)."""
+def _rules_dir(rules_dir: str | None, base: Path | None) -> str | None:
+    if rules_dir and base is not None and not Path(rules_dir).is_absolute():
+        return str(base / rules_dir)  # relative to the config file, not the working directory
+    return rules_dir
+
+
+def load_dict(doc: Any, env: Mapping[str, str] | None = None, base: Path | None = None) -> Config:
+    """Validate a parsed config document and build a Config (raises ConfigError). `base`:
+    the config file's directory (a relative rules_dir, whose protocols count, is below it)."""
     env = os.environ if env is None else env
     problems: list[tuple[str, str]] = []
     if not isinstance(doc, dict):
@@ -278,6 +283,8 @@ def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
         problems.extend(_describe(err))
     references: list[tuple[str, str]] = []
     _check_references(doc, references)
+    wire = protocols.wire(_rules_dir(doc.get("rules_dir") if isinstance(doc.get("rules_dir"), str) else None, base))
+    _check_protocols(doc, wire, problems)
     for name, p in (doc.get("providers") or {}).items():
         if not isinstance(p, dict):
             continue  # the schema says so
@@ -301,7 +308,7 @@ def load_dict(doc: Any, env: Mapping[str, str] | None = None) -> Config:
         raise ConfigError(_dedupe(problems + references))
     cfg = _build(doc)
     problems = references
-    _check_semantics(cfg, problems)
+    _check_semantics(cfg, wire, problems)
     if problems:
         raise ConfigError(problems)
     return cfg
@@ -577,8 +584,6 @@ def _resilience(doc: dict[str, Any]) -> ResilienceConfig:
     return ResilienceConfig(**fields)
 
 
-_ANTHROPIC_ONLY = ("anthropic_version", "auth", "drop_sampling", "thinking_mode")
-_CHAT_ONLY = ("max_tokens_field",)
 
 
 def _check_pool(name: str, p: ProviderConfig, problems: list[tuple[str, str]]) -> None:
@@ -627,7 +632,44 @@ def _check_reference(path: str, name: Any, known: dict, problems: list[tuple[str
         problems.append(Problem(path, f"unknown provider {name!r}", hint=_did_you_mean(name, known)))
 
 
-def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
+def _check_protocols(doc: dict[str, Any], wire, problems: list[tuple[str, str]]) -> None:
+    """Every protocol the config names is one the rules describe (built-in, or a rules_dir's)."""
+    known = wire.names
+
+    def check(path: str, value: Any) -> None:
+        if isinstance(value, str) and value not in known:  # not a string: the schema says so
+            problems.append(Problem(path, f"must be one of: {', '.join(known)} (got {value!r})",
+                                    hint=_did_you_mean(value, known)))
+
+    for name, p in (doc.get("providers") or {}).items() if isinstance(doc.get("providers"), dict) else ():
+        if isinstance(p, dict):
+            check(f"providers.{name}.protocol", p.get("protocol"))
+    routing = doc.get("routing") if isinstance(doc.get("routing"), dict) else {}
+    defaults = routing.get("default_providers")
+    for protocol in defaults if isinstance(defaults, dict) else ():
+        if protocol not in known:
+            problems.append(Problem(f"routing.default_providers.{protocol}", "unknown key",
+                                    hint=_did_you_mean(protocol, known)))
+    for i, r in enumerate(routing.get("routes") or () if isinstance(routing.get("routes"), list) else ()):
+        if isinstance(r, dict) and "request_protocol" in r:
+            check(f"routing.routes[{i}].request_protocol", r["request_protocol"])
+
+
+def _check_options(name: str, p: ProviderConfig, wire, problems: list[tuple[str, str]]) -> None:
+    """A provider setting some protocols' descriptors claim (`upstream.options`) is only
+    valid for providers of those protocols."""
+    if p.protocol not in wire:
+        return
+    owners: dict[str, list[str]] = {}
+    for protocol in wire.names:
+        for key in wire.options(protocol):
+            owners.setdefault(key, []).append(protocol)
+    for key, claimed in owners.items():
+        if p.protocol not in claimed and getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
+            problems.append((f"providers.{name}.{key}", f"only valid for {' or '.join(claimed)} providers"))
+
+
+def _check_semantics(cfg: Config, wire, problems: list[tuple[str, str]]) -> None:
     if cfg.server.metrics.require_auth and not cfg.server.api_keys:
         problems.append(("server.metrics.require_auth", "needs server.api_keys (the keys /metrics then requires)"))
     if not cfg.server.inspector.loopback_only and not cfg.server.api_keys:
@@ -635,16 +677,7 @@ def _check_semantics(cfg: Config, problems: list[tuple[str, str]]) -> None:
     _check_clients(cfg.server.clients, problems)
     for name, p in cfg.providers.items():
         _check_pool(name, p, problems)
-        if p.protocol != ANTHROPIC:
-            for key in _ANTHROPIC_ONLY:
-                if key == "thinking_mode" and p.protocol == GEMINI:
-                    continue  # Gemini: thinkingLevel (adaptive) or thinkingBudget (budget)
-                if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
-                    problems.append((f"providers.{name}.{key}", "only valid for anthropic_messages providers"))
-        if p.protocol != CHAT:
-            for key in _CHAT_ONLY:
-                if getattr(p, key) != ProviderConfig.__dataclass_fields__[key].default:
-                    problems.append((f"providers.{name}.{key}", "only valid for openai_chat_completions providers"))
+        _check_options(name, p, wire, problems)
     if cfg.state.backend == "redis" and cfg.state.url and not cfg.state.url.startswith(("redis://", "rediss://", "unix://")):
         problems.append(("state.url", "a redis backend needs a redis://, rediss:// or unix:// URL"))
     names: dict[str, int] = {}

@@ -22,31 +22,19 @@ from aiohttp import web
 import engine
 from proxai import errors as E
 from proxai import ingress, paths, requestid, token_estimate
-from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
-from proxai.transport import generate_target, read_body
+from proxai.transport import read_body
+from engine.wire import Target
 
-# The counting endpoint of each protocol that has one, below its generation path.
-SUFFIX = {ANTHROPIC: "/count_tokens", RESPONSES: "/input_tokens"}
-# What each counting endpoint accepts (MessageCountTokensParams, InputTokenCountParams);
-# the rest of a translated generation request (limits, sampling, stream) is left out.
-ACCEPTED = {
-    ANTHROPIC: ("model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "mcp_servers",
-                "cache_control"),
-    RESPONSES: ("model", "input", "instructions", "tools", "tool_choice", "text", "reasoning", "parallel_tool_calls",
-                "truncation", "conversation", "previous_response_id"),
-    # countTokens takes a whole generateContentRequest (system and tools count too).
-    GEMINI: ("contents", "systemInstruction", "tools", "toolConfig", "generationConfig"),
-}
+# Each protocol's counting endpoints, client side and upstream (the path, what the
+# upstream endpoint accepts, the answer's shape), are its descriptor's `count_tokens`.
 ESTIMATE_HEADER = "proxai-token-count"
 # Upstream answers meaning "no such endpoint here": the estimate stands in.
 NO_ENDPOINT = frozenset({404, 405, 501})
-# Counting requests carry no output limit, which the Messages request schema requires.
-_PLACEHOLDER_MAX_TOKENS = 128000
 
 
 def register(app: web.Application, proxy, info_key) -> None:
     """Routes on `app` for `proxy` (an app.Proxy); `info_key` finds the request's log record."""
-    for path, protocol in paths.COUNT_TOKENS.items():
+    for path, protocol in proxy.paths.count_tokens.items():
         handler = _handler(proxy, protocol, info_key)
         app.router.add_post(path, handler)
         app.router.add_post(paths.unprefixed(path), handler)
@@ -67,56 +55,55 @@ def _handler(proxy, protocol: str, info_key):
     return handle
 
 
-def _check(protocol: str, body: dict) -> None:
+def _filled(wire, protocol: str, body: dict) -> dict:
+    """The body with what a generation request requires and a counting one leaves out
+    (Messages' max_tokens: the descriptor's `endpoints.count_tokens.fill`)."""
+    missing = {k: v for k, v in wire.count_fill(protocol).items() if k not in body}
+    return {**body, **missing} if missing else body
+
+
+def _check(wire, protocol: str, body: dict) -> None:
     """The generation endpoint's top-level checks, less its output limit."""
-    if protocol == ANTHROPIC and "max_tokens" not in body:
-        ingress.check(protocol, {**body, "max_tokens": _PLACEHOLDER_MAX_TOKENS})
-    else:
-        ingress.check(protocol, body)
+    ingress.check(protocol, _filled(wire, protocol, body))
 
 
 async def count(proxy, protocol: str, request: web.Request, info: dict, raw: bytes) -> web.StreamResponse:
     from proxai.app import dump_json  # the app imports this module to register its routes
 
+    wire = proxy.engine.wire
     body = ingress.decode(raw)
-    _check(protocol, body)
+    _check(wire, protocol, body)
     model = body["model"]
     info["model"] = model
     match = proxy.route(model, protocol, info)
     provider = match.provider
-    if provider.protocol == CHAT:
-        return _estimate(protocol, body, info)
-    if provider.protocol == protocol:
+    target = wire.target(provider.protocol, "count_tokens", match.upstream_model)
+    if target is None:  # the provider's protocol has no counting endpoint
+        return _estimate(wire, protocol, body, info)
+    if provider.protocol == protocol:  # its own endpoint: the request as sent, query kept
         payload = raw if match.upstream_model == model else dump_json(dict(body, model=match.upstream_model))
-        query = request.rel_url.raw_query_string
+        target = Target(target.path, target.query or request.rel_url.raw_query_string)
     else:
-        translated = _translate(proxy, request, protocol, match, body, info)
-        if provider.protocol == GEMINI:
-            name = match.upstream_model.removeprefix("models/")
-            translated = {"generateContentRequest": {"model": f"models/{name}", **translated}}
-        payload = dump_json(translated)
-        query = ""
-    if provider.protocol == GEMINI:
-        suffix = generate_target(provider, match.upstream_model, False)[0].replace(":generateContent", ":countTokens")
-    else:
-        suffix = SUFFIX[provider.protocol]
-    upstream = await proxy._send(request, provider, payload, False, info, suffix=suffix, query=query)
+        payload = dump_json(_translate(proxy, request, protocol, match, body, info))
+    upstream = await proxy._send(request, provider, payload, False, info, target)
     try:
         if upstream.status in NO_ENDPOINT:
-            return _estimate(protocol, body, info)
+            return _estimate(wire, protocol, body, info)
         await proxy._raise_for_status(upstream, provider)
         data = await read_body(upstream, provider)
     finally:
         upstream.release()  # back to the pool once read; closed when not
     if provider.protocol == protocol:
         return _respond(upstream.status, data, upstream.headers, info)
-    tokens = _upstream_count(provider, data)
-    return _respond(200, orjson.dumps(_shape(protocol, tokens)), upstream.headers, info)
+    tokens = _upstream_count(wire, provider, data)
+    return _respond(200, orjson.dumps(wire.count_answer(protocol, tokens)), upstream.headers, info)
 
 
 def _translate(proxy, request: web.Request, protocol: str, match, body: dict, info: dict) -> dict[str, Any]:
+    """The request translated for the provider's counting endpoint, reduced to what it accepts."""
     provider = match.provider
-    source = body if protocol != ANTHROPIC or "max_tokens" in body else {**body, "max_tokens": _PLACEHOLDER_MAX_TOKENS}
+    wire = proxy.engine.wire
+    source = _filled(wire, protocol, body)
     ctx = proxy.translation_context(request, protocol, match, source)
     info["_traces"] = ctx.traces
     try:
@@ -125,30 +112,24 @@ def _translate(proxy, request: web.Request, protocol: str, match, body: dict, in
         info["translation_error"] = "request"
         info["rule"] = exc.rule
         raise
-    return {k: v for k, v in translated.items() if k in ACCEPTED[provider.protocol]}
+    return wire.count_request(provider.protocol, translated, match.upstream_model)
 
 
-def _upstream_count(provider, data: bytes) -> int:
+def _upstream_count(wire, provider, data: bytes) -> int:
     try:
         answer = orjson.loads(data)
     except orjson.JSONDecodeError:
         answer = None
-    key = "totalTokens" if provider.protocol == GEMINI else "input_tokens"
+    key = wire.count_field(provider.protocol)
     tokens = answer.get(key) if isinstance(answer, dict) else None
     if type(tokens) is not int or tokens < 0:
         raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a token count without {key}")
     return tokens
 
 
-def _shape(protocol: str, tokens: int) -> dict[str, Any]:
-    """The client SDK's type: MessageTokensCount, or InputTokenCountResponse."""
-    if protocol == RESPONSES:
-        return {"object": "response.input_tokens", "input_tokens": tokens}
-    return {"input_tokens": tokens}
-
-
-def _estimate(protocol: str, body: dict, info: dict) -> web.Response:
-    response = _respond(200, orjson.dumps(_shape(protocol, token_estimate.estimate(body))), {}, info)
+def _estimate(wire, protocol: str, body: dict, info: dict) -> web.Response:
+    # The client SDK's type (MessageTokensCount, InputTokenCountResponse): the descriptor's answer.
+    response = _respond(200, orjson.dumps(wire.count_answer(protocol, token_estimate.estimate(body))), {}, info)
     response.headers[ESTIMATE_HEADER] = "estimate"
     info["outcome"] = "estimated"
     return response

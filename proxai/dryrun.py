@@ -18,13 +18,10 @@ from pathlib import Path
 import engine
 from .sse import SSEParser
 
-PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")
-GEMINI = "gemini_generate_content"
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--from", dest="source", required=True, choices=PROTOCOLS, help="protocol the file is in")
-    parser.add_argument("--to", dest="target", required=True, choices=PROTOCOLS, help="protocol to translate into")
+    # Any protocol of the rules (a --rules-dir may add one): checked once they are loaded.
+    parser.add_argument("--from", dest="source", required=True, help="protocol the file is in")
+    parser.add_argument("--to", dest="target", required=True, help="protocol to translate into")
     kind = parser.add_mutually_exclusive_group()
     kind.add_argument("--response", action="store_true", help="the file is a non-streaming response body")
     kind.add_argument("--stream", action="store_true", help="the file is a recorded SSE stream")
@@ -47,6 +44,11 @@ def run(args: argparse.Namespace, out=None) -> int:
     except engine.RuleError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for flag, name in (("--from", args.source), ("--to", args.target)):
+        if name not in eng.wire:
+            print(f"error: {flag}: no protocol {name!r} in the rules (one of {', '.join(eng.wire.names)})",
+                  file=sys.stderr)
+            return 2
     kind = "stream" if args.stream else "response" if args.response else "request"
     client_body = json.loads(Path(args.client_request).read_text()) if args.client_request else None
     try:
@@ -86,25 +88,31 @@ def translate(eng: engine.Engine, kind: str, source: str, target: str, raw: byte
         chunks.extend(translator.eof())
         return b"".join(chunks).decode(), ctx.traces
     body = json.loads(raw)
-    if request_side and source == GEMINI and isinstance(body, dict):
+    if request_side and model_in_path(eng.wire, source) and isinstance(body, dict):
         # The server takes these from the URL (models/{model}:streamGenerateContent).
         body = {**body, "model": model or body.get("model") or "model", "stream": bool(body.get("stream"))}
     if client == provider:
         result = body
     elif request_side:
         result = eng.translate_request(ctx, body)
-        ctx.traces.extend(_caching_traces(ctx, prompt_caching))
+        ctx.traces.extend(_caching_traces(eng.wire, ctx, prompt_caching))
     else:
         result = eng.translate_response(ctx, body)
     return json.dumps(result, indent=2, ensure_ascii=False) + "\n", ctx.traces
 
 
-def _caching_traces(ctx: engine.Context, policy: str) -> list[str]:
-    """Where prompt caching put breakpoints (toward Anthropic) or what a key came from."""
-    if ctx.provider_protocol == "anthropic_messages":
+def model_in_path(wire, protocol: str) -> bool:
+    """Whether the protocol's clients name the model in the URL, not the body (Gemini)."""
+    return "{model}" in ((wire.endpoint(protocol, "generate") or {}).get("path") or "")
+
+
+def _caching_traces(wire, ctx: engine.Context, policy: str) -> list[str]:
+    """Where prompt caching put breakpoints (toward a protocol that marks them: Anthropic's
+    cache_control) or what a key came from (from one)."""
+    if wire.has(ctx.provider_protocol, "cache_control"):
         where = ", ".join(ctx.cache_breakpoints) or "none"
         return [f"prompt caching ({policy}): cache breakpoints at {where}"]
-    if ctx.client_protocol == "anthropic_messages":
+    if wire.has(ctx.client_protocol, "cache_control"):
         source = f"derived from {ctx.cache_key_source}" if ctx.cache_key_source else "none"
         return [f"prompt caching ({policy}): prompt_cache_key {source}"]
     return []

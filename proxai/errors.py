@@ -23,11 +23,7 @@ from engine.errors import (  # noqa: F401  (the tree, re-exported)
 )
 from engine.ruleset import BUILTIN_RULES, build_tables, layer, read_file
 
-CHAT = "openai_chat_completions"
-RESPONSES = "openai_responses"
-ANTHROPIC = "anthropic_messages"
-GEMINI = "gemini_generate_content"
-PROTOCOLS = (CHAT, RESPONSES, ANTHROPIC, GEMINI)
+from proxai.protocols import ANTHROPIC, CHAT, GEMINI, RESPONSES  # noqa: F401  (re-exported)
 
 ERROR_TABLES = BUILTIN_RULES / "tables" / "errors.yaml"
 

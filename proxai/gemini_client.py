@@ -16,8 +16,8 @@ from aiohttp import web
 
 from proxai import count_tokens, ingress, models_endpoint, pools, token_estimate
 from proxai import errors as E
-from proxai.errors import CHAT, GEMINI
-from proxai.transport import model_segment, read_body
+from proxai.protocols import GEMINI
+from proxai.transport import read_body
 
 VERSIONS = ("/v1beta", "/v1")
 # The URL's method -> whether it streams; countTokens answers {totalTokens}.
@@ -41,16 +41,10 @@ def is_gemini_path(path: str) -> bool:
     return path.startswith("/v1beta/") or path == "/v1beta" or split(path) is not None
 
 
-def presented_key(request: web.Request) -> str | None:
-    key = request.headers.get("x-goog-api-key")
-    if key is None:
-        key = request.rel_url.query.get("key")
-    return key
-
-
 def authorize(proxy, request: web.Request) -> None:
-    # x-goog-api-key or ?key=, else a bearer token or x-api-key, as other clients send
-    proxy._authorize(request, presented_key(request))
+    # x-goog-api-key or ?key= (the descriptor's headers.client_key), else a bearer token or
+    # x-api-key, as other clients send
+    proxy._authorize(request, proxy.engine.wire.client_key(GEMINI, request.headers, request.rel_url.query))
 
 
 def register(app: web.Application, proxy, info_key, capture_key) -> None:
@@ -81,7 +75,7 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
         proxy.capture_inbound(request, b"")  # a GET: no body
         info = request[info_key]
         info["client_protocol"] = GEMINI
-        served = models_endpoint.catalog(proxy.config, proxy.router, "google")
+        served = models_endpoint.catalog(proxy.engine.wire, proxy.config, proxy.router, "google")
         return _respond(200, orjson.dumps({"models": [models_endpoint.gemini_model(e) for e in served]}), {}, info)
 
     async def get_model(request: web.Request) -> web.Response:
@@ -91,9 +85,9 @@ def register(app: web.Application, proxy, info_key, capture_key) -> None:
         model = model[len("models/"):] if model.startswith("models/") else model
         info = request[info_key]
         info.update(client_protocol=GEMINI, model=model)
-        served = models_endpoint.catalog(proxy.config, proxy.router, "google")
+        served = models_endpoint.catalog(proxy.engine.wire, proxy.config, proxy.router, "google")
         entry = next((e for e in served if e.id.casefold() == model.casefold()), None) \
-            or models_endpoint._served_by(proxy.router, model, "google")
+            or models_endpoint._served_by(proxy.engine.wire, proxy.router, model, "google")
         if entry is None:
             raise E.NotFound(f"model {model!r} is not served by this proxy", param="model")
         return _respond(200, orjson.dumps(models_endpoint.gemini_model(entry)), {}, info)
@@ -112,7 +106,7 @@ async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: s
     provider = match.provider
 
     async def serve_on(target) -> web.StreamResponse:
-        if target.provider.protocol == GEMINI:
+        if target.provider.protocol == info["client_protocol"]:
             return await passthrough(proxy, request, target, raw, stream, info)
         return await proxy._translate(request, GEMINI, target, dict(body), stream, info)
 
@@ -124,19 +118,15 @@ async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: s
         return await serve_on(dataclasses.replace(match, provider=provider, upstream_model=upstream_model))
 
     info["_pooled"] = True
-    return await proxy.resilience.serve(plan, info, pools.conversation_key(GEMINI, body), attempt, responses=False)
-
-
-def _suffix(model: str, method: str) -> str:
-    return f"/{model_segment(model)}:{method}"
+    conversation = pools.conversation_key(body, proxy.engine.wire.user_fields(GEMINI))
+    return await proxy.resilience.serve(plan, info, conversation, attempt, responses=False)
 
 
 async def passthrough(proxy, request: web.Request, match, raw: bytes, stream: bool, info: dict) -> web.StreamResponse:
     """Gemini to Gemini: the body as sent, to the route's model; only `alt=sse` of the query
     goes on (the client's `key` never does)."""
-    method = "streamGenerateContent" if stream else "generateContent"
-    return await proxy._passthrough(request, GEMINI, match.provider, raw, stream, info,
-                                    query="alt=sse" if stream else "", suffix=_suffix(match.upstream_model, method))
+    target = proxy.engine.wire.target(GEMINI, "generate", match.upstream_model, stream)
+    return await proxy._passthrough(request, GEMINI, match.provider, raw, stream, info, target)
 
 
 async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str) -> web.Response:
@@ -152,14 +142,16 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
     info["model"] = model
     match = proxy.route(model, GEMINI, info)
     provider = match.provider
-    if provider.protocol == CHAT:
+    wire = proxy.engine.wire
+    target = wire.target(provider.protocol, "count_tokens", match.upstream_model)
+    if target is None:  # the provider's protocol has no counting endpoint
         return _estimate(source, info)
-    if provider.protocol == GEMINI:
-        upstream = await proxy._send(request, provider, raw, False, info, suffix=_suffix(match.upstream_model, COUNT))
+    same = provider.protocol == info["client_protocol"]
+    if same:
+        upstream = await proxy._send(request, provider, raw, False, info, target)
     else:
         payload = count_tokens._translate(proxy, request, GEMINI, match, source, info)
-        upstream = await proxy._send(request, provider, dump_json(payload), False, info,
-                                     suffix=count_tokens.SUFFIX[provider.protocol])
+        upstream = await proxy._send(request, provider, dump_json(payload), False, info, target)
     try:
         if upstream.status in count_tokens.NO_ENDPOINT:
             return _estimate(source, info)
@@ -167,10 +159,10 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
         data = await read_body(upstream, provider)
     finally:
         upstream.release()
-    if provider.protocol == GEMINI:
+    if same:
         return _respond(upstream.status, data, upstream.headers, info)
-    tokens = count_tokens._upstream_count(provider, data)
-    return _respond(200, orjson.dumps({"totalTokens": tokens}), upstream.headers, info)
+    tokens = count_tokens._upstream_count(wire, provider, data)
+    return _respond(200, orjson.dumps(wire.count_answer(GEMINI, tokens)), upstream.headers, info)
 
 
 def _estimate(body: dict, info: dict) -> web.Response:

@@ -18,7 +18,7 @@ from aiohttp import web
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from proxai.errors import PROTOCOLS, InvalidRequest, RequestTimeout, RequestTooLarge
+from proxai.errors import InvalidRequest, RequestTimeout, RequestTooLarge
 from engine.ruleset import SCHEMAS
 
 SCHEMA_DIR = SCHEMAS / "requests"
@@ -28,14 +28,18 @@ SCHEMA_DIR = SCHEMAS / "requests"
 MAX_DEPTH = 128
 
 
-def _compile(protocol: str) -> Draft202012Validator:
-    schema = json.loads((SCHEMA_DIR / f"{protocol}.json").read_text(encoding="utf-8"))
+def _compile(schema: dict) -> Draft202012Validator:
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
 
 
 # Compiled once, at import: a broken schema file stops the server from starting.
-VALIDATORS = {protocol: _compile(protocol) for protocol in PROTOCOLS}
+VALIDATORS = {path.stem: _compile(json.loads(path.read_text(encoding="utf-8")))
+              for path in sorted(SCHEMA_DIR.glob("*.json"))}
+# A protocol with no schema of its own (one added by a rules folder) gets the least
+# every generation body needs: the model to route on, and a boolean stream flag.
+DEFAULT = _compile({"type": "object", "required": ["model"], "properties": {
+    "model": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"}}})
 
 
 # --- the fast path ---------------------------------------------------------------------
@@ -106,6 +110,7 @@ def _fast_checker(schema: dict):
 
 
 FAST = {protocol: _fast_checker(v.schema) for protocol, v in VALIDATORS.items()}
+_FAST_DEFAULT = _fast_checker(DEFAULT.schema)
 
 
 async def read(request: web.Request, limit: int, timeout: float) -> bytes:
@@ -197,10 +202,10 @@ def _check_depth(raw: bytes, body: dict) -> None:
 
 def check(protocol: str, body: dict[str, Any]) -> None:
     """Raise InvalidRequest naming the first field whose top-level shape is wrong."""
-    fast = FAST[protocol]
+    fast = FAST.get(protocol, _FAST_DEFAULT)
     if fast is not None and fast(body):
         return
-    v = VALIDATORS[protocol]
+    v = VALIDATORS.get(protocol, DEFAULT)
     error = _first_error(v, body)
     if error is not None:
         raise _describe(error, body)

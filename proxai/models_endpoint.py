@@ -18,11 +18,10 @@ from aiohttp import web
 from proxai import errors as E
 from proxai import paths, requestid
 from proxai.config import Config
-from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
 from proxai.route_patterns import compile_route
 from proxai.routing import Router
+from engine.wire import Wire
 
-FAMILY_PROTOCOLS = {"anthropic": (ANTHROPIC,), "openai": (CHAT, RESPONSES), "google": (GEMINI,)}
 # Anthropic's ModelInfo requires a release date; "an epoch value if the release date is unknown".
 UNKNOWN_DATE = "1970-01-01T00:00:00Z"
 ANTHROPIC_DEFAULT_LIMIT, ANTHROPIC_MAX_LIMIT = 20, 1000
@@ -49,9 +48,9 @@ def candidates(config: Config) -> Iterable[Served]:
             yield Served(model, provider.name)
 
 
-def _served_by(router: Router, model: str, family: str) -> Served | None:
+def _served_by(wire: Wire, router: Router, model: str, family: str) -> Served | None:
     """Where routing sends `model`, for the first protocol of the family that has a route."""
-    for protocol in FAMILY_PROTOCOLS[family]:
+    for protocol in wire.of_family(family):
         try:
             match = router.resolve(model, protocol)
         except E.RoutingError:
@@ -61,14 +60,14 @@ def _served_by(router: Router, model: str, family: str) -> Served | None:
     return None
 
 
-def catalog(config: Config, router: Router, family: str) -> list[Served]:
+def catalog(wire: Wire, config: Config, router: Router, family: str) -> list[Served]:
     out: list[Served] = []
     seen: set[str] = set()
     for entry in candidates(config):
         key = entry.id.casefold()
         if key in seen:
             continue
-        served = _served_by(router, entry.id, family)
+        served = _served_by(wire, router, entry.id, family)
         if served is not None and served.provider == entry.provider:
             seen.add(key)
             out.append(served)
@@ -122,11 +121,10 @@ def gemini_model(entry: Served) -> dict[str, Any]:
     return out
 
 
-def _family(request: web.Request) -> str:
-    # A Gemini client (google-genai) sends its key as x-goog-api-key or ?key=.
-    if "x-goog-api-key" in request.headers or "key" in request.rel_url.query:
-        return "google"
-    return "anthropic" if paths.anthropic_client(request.headers) else "openai"
+def _family(proxy, request: web.Request) -> str:
+    # By what the family's SDK sends (the descriptors' headers.client_marks): a Gemini
+    # client its key as x-goog-api-key or ?key=, an Anthropic one anthropic-version.
+    return proxy.paths.client_family(request.headers, request.rel_url.query)
 
 
 def _json(request: web.Request, info: dict, body: dict) -> web.Response:
@@ -152,15 +150,15 @@ def register(app: web.Application, proxy, info_key) -> None:
         # Demo mode swaps its config at startup: key the cache on the config object.
         key = (id(proxy.config), family)
         if key not in cache:
-            cache[key] = catalog(proxy.config, proxy.router, family)
+            cache[key] = catalog(proxy.engine.wire, proxy.config, proxy.router, family)
         return cache[key]
 
     async def list_models(request: web.Request) -> web.Response:
-        family = _family(request)
+        family = _family(proxy, request)
         _authorize(proxy, request, family)
         proxy.capture_inbound(request, b"")  # a GET: no body
         info = request[info_key]
-        info["client_protocol"] = FAMILY_PROTOCOLS[family][0]
+        info["client_protocol"] = proxy.engine.wire.of_family(family)[0]
         served = entries(family)
         if family == "anthropic":
             return _json(request, info, anthropic_page(served, request.query))
@@ -169,18 +167,18 @@ def register(app: web.Application, proxy, info_key) -> None:
         return _json(request, info, {"object": "list", "data": [openai_model(e) for e in served]})
 
     async def retrieve_model(request: web.Request) -> web.Response:
-        family = _family(request)
+        family = _family(proxy, request)
         _authorize(proxy, request, family)
         proxy.capture_inbound(request, b"")  # a GET: no body
         model = request.match_info["model_id"]
         if family == "google" and model.startswith("models/"):
             model = model[len("models/"):]
         info = request[info_key]
-        info.update(client_protocol=FAMILY_PROTOCOLS[family][0], model=model)
+        info.update(client_protocol=proxy.engine.wire.of_family(family)[0], model=model)
         entry = next((e for e in entries(family) if e.id.casefold() == model.casefold()), None)
         if entry is None:
             # A name no list spells out (a glob or regex route's) is still served if routing takes it.
-            entry = _served_by(proxy.router, model, family)
+            entry = _served_by(proxy.engine.wire, proxy.router, model, family)
             if entry is None:
                 raise E.NotFound(f"model {model!r} is not served by this proxy", param="model",
                                  code=None if family == "anthropic" else "model_not_found")

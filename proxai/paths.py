@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from proxai.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES
+from engine.wire import Wire
 
 PREFIX = "/v1"
-
-# POST endpoints whose body is a request of the protocol.
-GENERATE = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
-# POST endpoints that count a request's input tokens.
-COUNT_TOKENS = {"/v1/messages/count_tokens": ANTHROPIC, "/v1/responses/input_tokens": RESPONSES}
 MODELS = "/v1/models"
 
 
@@ -28,34 +23,67 @@ def unprefixed(path: str) -> str:
     return path[len(PREFIX):]
 
 
-def anthropic_client(headers: Mapping[str, str]) -> bool:
-    """An Anthropic SDK (or Claude Code) sends `anthropic-version`, and its key as
-    `x-api-key` unless it uses a bearer token; OpenAI SDKs send neither."""
-    return "anthropic-version" in headers or "x-api-key" in headers or "anthropic-beta" in headers
+class Surface:
+    """The client paths of every protocol, from its descriptor's `endpoints`, and which
+    protocol's shape an answer on a path takes (errors included)."""
 
+    def __init__(self, wire: Wire):
+        self.wire = wire
+        # POST endpoints whose body is a request of the protocol (the model in the body).
+        self.generate = wire.body_paths("generate")
+        # POST endpoints that count a request's input tokens.
+        self.count_tokens = wire.body_paths("count_tokens")
+        # A path family's word (`messages` of /v1/messages): later protocols first, so
+        # /v1/chat/messages stays Anthropic's as it always was.
+        self._words = [(path.split("/")[2], protocol) for path, protocol in reversed(list(self.generate.items()))
+                       if path.startswith(PREFIX + "/")]
+        # Model-in-path endpoints (`/v1beta/models/{model}:generateContent`): their version
+        # root, and the methods after the model, which are also served under /v1/models/.
+        self._roots: dict[str, str] = {}
+        self._methods: dict[str, str] = {}
+        for protocol in wire.names:
+            for operation in ("generate", "count_tokens"):
+                ep = wire.endpoint(protocol, operation) or {}
+                for template in (ep.get("path"), ep.get("stream_path")):
+                    if template and "{model}" in template:
+                        self._roots.setdefault("/" + template.split("/")[1], protocol)
+                        self._methods[template.rpartition(":")[2]] = protocol
 
-def _gemini_method(path: str) -> bool:
-    """`/v1/models/{model}:generateContent` and its siblings are Gemini's."""
-    return path.startswith("/v1/models/") and path.rpartition(":")[2] in (
-        "generateContent", "streamGenerateContent", "countTokens")
+    def _model_method(self, path: str) -> str | None:
+        if path.startswith(PREFIX + "/models/"):
+            return self._methods.get(path.rpartition(":")[2])
+        return None
 
+    def protocol_for(self, path: str, headers: Mapping[str, str]) -> str:
+        """The protocol whose shape an answer on `path` takes. A path in one API family answers
+        in its shape (`/v1/messages/...` and even `/v1/v1/messages` are Anthropic's); shared
+        and unknown paths by the client's headers."""
+        for root, protocol in self._roots.items():
+            if path == root or path.startswith(root + "/"):
+                return protocol
+        by_method = self._model_method(path)
+        if by_method is not None:
+            return by_method
+        path = canonical(path.rstrip("/") or "/")
+        if path in self.generate:
+            return self.generate[path]
+        if path in self.count_tokens:
+            return self.count_tokens[path]
+        segments = path.split("/")
+        for word, protocol in self._words:
+            if word in segments:
+                return protocol
+        return self.client_family_protocol(headers, {})
 
-def protocol_for(path: str, headers: Mapping[str, str]) -> str:
-    """The protocol whose shape an answer on `path` takes. A path in one API family answers
-    in its shape (`/v1/messages/...` and even `/v1/v1/messages` are Anthropic's); shared
-    and unknown paths by the client's headers."""
-    if path.startswith("/v1beta/") or path == "/v1beta" or _gemini_method(path):
-        return GEMINI
-    path = canonical(path.rstrip("/") or "/")
-    if path in GENERATE:
-        return GENERATE[path]
-    if path in COUNT_TOKENS:
-        return COUNT_TOKENS[path]
-    segments = path.split("/")
-    if "messages" in segments:
-        return ANTHROPIC
-    if "responses" in segments:
-        return RESPONSES
-    if "chat" in segments:
-        return CHAT
-    return ANTHROPIC if anthropic_client(headers) else CHAT
+    def client_family(self, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+        """The API family a client on a shared path (`/v1/models`) belongs to, by the
+        headers and query parameters its SDK sends (the descriptors' `client_marks`);
+        else the first protocol's family."""
+        for family in self.wire.families():
+            if self.wire.marks(family, headers, query):
+                return family
+        return self.wire.family(self.wire.names[0]) if self.wire.names else None
+
+    def client_family_protocol(self, headers: Mapping[str, str], query: Mapping[str, str]) -> str:
+        family = self.client_family(headers, query)
+        return self.wire.of_family(family)[0] if family else self.wire.names[0]

@@ -23,7 +23,6 @@ from typing import Any
 
 from proxai.balance import Balancer, pinned_key, rendezvous
 from proxai.config import Config, ProviderConfig, key_fingerprint
-from proxai.errors import ANTHROPIC
 from proxai.routing import RouteMatch
 
 
@@ -170,8 +169,9 @@ _SESSION = re.compile(r"session_([0-9A-Za-z-]{8,})")
 _SESSION_JSON = re.compile(r'"session_id"\s*:\s*"([^"]{1,200})"')
 
 
-def conversation_key(protocol: str, body: dict[str, Any]) -> str | None:
-    """What keeps a conversation on one key: prompt_cache_key, Claude Code's session,
+def conversation_key(body: dict[str, Any], user_fields: tuple[str, ...] = ()) -> str | None:
+    """What keeps a conversation on one key: prompt_cache_key, Claude Code's session, the
+    end user (`user_fields`: the protocol's body fields naming one, from its descriptor),
     or the previous_response_id (its chain root when known)."""
     value = body.get("prompt_cache_key")
     if isinstance(value, str) and value:
@@ -182,8 +182,8 @@ def conversation_key(protocol: str, body: dict[str, Any]) -> str | None:
         if isinstance(user, str) and user:
             m = _SESSION.search(user) or _SESSION_JSON.search(user)
             return "session:" + (m.group(1) if m else user)
-    if protocol != ANTHROPIC:
-        user = body.get("user") or body.get("safety_identifier")
+    for name in user_fields:
+        user = body.get(name)
         if isinstance(user, str) and user:
             return "user:" + user
     prev = body.get("previous_response_id")

@@ -17,7 +17,6 @@ HEADER = "x-request-id"
 # Our own id always travels under this name; the header each client SDK reports
 # as `request_id` carries the provider's id, which is what its support asks for.
 PROXY_HEADER = "x-proxai-request-id"
-SDK_HEADERS = {"anthropic_messages": "request-id"}  # OpenAI SDKs read x-request-id
 UPSTREAM_HEADERS = ("x-request-id", "request-id")
 
 MAX_LENGTH = 128
@@ -44,10 +43,9 @@ def from_client(headers: Mapping[str, str]) -> str:
     return mint()
 
 
-def upstream_id(headers: Mapping[str, str], provider_protocol: str | None = None) -> str | None:
+def upstream_id(headers: Mapping[str, str], native: str = HEADER) -> str | None:
     """The provider's request id (OpenAI `x-request-id`, Anthropic `request-id`; its own
-    protocol's header first), if safe to log."""
-    native = sdk_header(provider_protocol)
+    protocol's header `native` first, from its descriptor), if safe to log."""
     for name in (native, *(n for n in UPSTREAM_HEADERS if n != native)):
         value = headers.get(name)
         if value:
@@ -55,16 +53,11 @@ def upstream_id(headers: Mapping[str, str], provider_protocol: str | None = None
     return None
 
 
-def sdk_header(client_protocol: str | None) -> str:
-    """The response header the client's SDK surfaces as the request id."""
-    return SDK_HEADERS.get(client_protocol or "", HEADER)
-
-
-def stamp(headers: MutableMapping[str, str], request_id: str, client_protocol: str | None = None,
+def stamp(headers: MutableMapping[str, str], request_id: str, name: str = HEADER,
           upstream: str | None = None) -> None:
     """Our id under `x-proxai-request-id`; the provider's id (when one answered) under
-    the client SDK's header, beside its original name already passed on; else ours."""
+    `name`, the header the client SDK surfaces as the request id (its protocol's
+    descriptor's `headers.request_id`), beside its original name already passed on; else ours."""
     headers[PROXY_HEADER] = request_id
-    name = sdk_header(client_protocol)
     if name not in headers:  # not already the provider's own, passed on by name
         headers[name] = upstream or request_id

@@ -41,7 +41,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from proxai import errors as E
 from proxai import clients, requestid
-from proxai.errors import RESPONSES
+from proxai.protocols import RESPONSES
 from proxai.state import ChainTooDeep, RecordTooLarge, ResponseRecord, StateError, StateStore, create
 
 log = logging.getLogger("proxai.state")
@@ -630,15 +630,17 @@ async def _forward(proxy, request: web.Request, missing: E.NotFound, endpoint: s
 
     name = proxy.config.default_providers.get(RESPONSES)
     provider = proxy.config.providers.get(name) if name else None
-    if provider is None or provider.protocol != RESPONSES:
+    wire = proxy.engine.wire
+    if provider is None or not wire.has(provider.protocol, "stored_responses"):  # it keeps no responses
         raise missing
     response_id = request.match_info["response_id"]
     if not await _may_forward(proxy, request, response_id):
         raise missing
-    path = "/responses/" + quote(response_id, safe="") + ("/input_items" if endpoint == "input_items" else "")
+    # the stored response is a resource below the generation endpoint (/responses/{id})
+    path = wire.target(provider.protocol, "generate").path + "/" + quote(response_id, safe="") + ("/input_items" if endpoint == "input_items" else "")
     allowed = _FORWARD_QUERY[endpoint]
     query = [(key, value) for key, value in request.query.items() if key in allowed]
-    upstream = await proxy.transport.forward(provider, request.method, path, query, request.headers)
+    upstream = await proxy.transport.forward(wire, provider, request.method, path, query, request.headers)
     try:
         await proxy._raise_for_status(upstream, provider)
         data = await read_body(upstream, provider, cap=proxy.config.server.max_upstream_body_bytes)

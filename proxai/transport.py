@@ -12,91 +12,38 @@ import asyncio
 import contextvars
 import logging
 import os
-import re
 import weakref
 from typing import Mapping
 
 import aiohttp
 import yarl
-from urllib.parse import quote
 
 from proxai.body_guard import READ_FAILURES, BodyGuard
 from proxai.config import ProviderConfig
-from proxai.errors import (
-    ANTHROPIC, CHAT, GEMINI, RESPONSES, InvalidRequest, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
-)
+from proxai.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable
+from engine.wire import Wire
 
 log = logging.getLogger("proxai.transport")
 
 USER_AGENT = "proxai/0.1"
 
-_PATHS = {CHAT: "/chat/completions", RESPONSES: "/responses", ANTHROPIC: "/v1/messages", GEMINI: "/v1beta/models"}
-
-
-def generate_target(provider: ProviderConfig, model: str | None, stream: bool) -> tuple[str, str]:
-    """(suffix, query) of a generation request: Gemini names the model and the
-    streaming method in the path (`/{model}:streamGenerateContent?alt=sse`), the
-    others take both in the body."""
-    if provider.protocol != GEMINI:
-        return "", ""
-    name = model_segment(model)
-    return (f"/{name}:streamGenerateContent", "alt=sse") if stream else (f"/{name}:generateContent", "")
-
-
-def model_segment(model: str | None) -> str:
-    """A Gemini model name as the one path segment it must stay (`/models/{model}:method`):
-    `/`, `?`, `#`, `%`, `:` and every control or non-ASCII byte are escaped, so no client
-    model can reach another path or add to the query of a request that carries the key."""
-    name = (model or "").removeprefix("models/")
-    if not name:
-        raise InvalidRequest("the model routes to a Gemini provider but names no model (an empty name after "
-                             "models/)", param="model")
-    return quote(name, safe="-._~@")
-
-
-def upstream_url(provider: ProviderConfig, suffix: str = "", query: str = "") -> str:
-    """OpenAI base URLs end in /v1 (SDK convention); Anthropic ones do not.
-
-    `suffix` names a sub-endpoint of the protocol's path (`/count_tokens`,
-    `/input_tokens`); `query` is a raw query string kept as the client sent it."""
-    url = provider.base_url.rstrip("/") + _PATHS[provider.protocol] + suffix
+def upstream_url(provider: ProviderConfig, path: str, query: str = "") -> str:
+    """`path` (an operation's, from the protocol's descriptor) below the provider's base_url;
+    `query` is a raw query string kept as the client sent it."""
+    url = provider.base_url.rstrip("/") + path
     return f"{url}?{query}" if query else url
 
 
-def provider_headers(provider: ProviderConfig, client_headers: Mapping[str, str], stream: bool) -> dict[str, str]:
-    """Headers for the provider. Only the provider's key goes upstream, never the client's."""
+def provider_headers(wire: Wire, provider: ProviderConfig, client_headers: Mapping[str, str], stream: bool) -> dict[str, str]:
+    """Headers for the provider: the protocol's auth and passed-on client headers (its
+    descriptor's `headers`). Only the provider's key goes upstream, never the client's."""
     headers = {
         "Content-Type": "application/json",
         "Accept": "text/event-stream" if stream else "application/json",
         "User-Agent": USER_AGENT,
     }
-    if provider.protocol == GEMINI:
-        headers["x-goog-api-key"] = provider.api_key
-    elif provider.protocol == ANTHROPIC:
-        if provider.auth == "bearer":
-            headers["Authorization"] = f"Bearer {provider.api_key}"
-        else:
-            headers["x-api-key"] = provider.api_key
-        version = client_headers.get("anthropic-version")
-        headers["anthropic-version"] = version if _is_token(version) else provider.anthropic_version
-        beta = client_headers.getall("anthropic-beta", None) if hasattr(client_headers, "getall") else None
-        if beta is None and client_headers.get("anthropic-beta"):
-            beta = [client_headers["anthropic-beta"]]
-        beta = [value for value in beta or () if _is_token(value)]
-        if beta:
-            headers["anthropic-beta"] = ",".join(beta)
-    else:
-        headers["Authorization"] = f"Bearer {provider.api_key}"
+    headers.update(wire.provider_headers(provider.protocol, provider.api_key, provider, client_headers))
     return headers
-
-
-# Printable ASCII without controls: a client header value that is anything else (bytes that
-# are not UTF-8, a stray CR) is dropped rather than sent upstream mangled.
-_TOKEN = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?")
-
-
-def _is_token(value: str | None) -> bool:
-    return bool(value) and _TOKEN.fullmatch(value) is not None
 
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -179,13 +126,14 @@ class Transport:
 
     async def send(
         self,
+        wire: Wire,
         provider: ProviderConfig,
         body: bytes,
         client_headers: Mapping[str, str],
         stream: bool,
         extra_headers: Mapping[str, str] | None = None,
         *,
-        suffix: str = "",
+        path: str,
         query: str = "",
     ) -> aiohttp.ClientResponse:
         """POST to the provider and return once its status and headers arrived.
@@ -199,14 +147,14 @@ class Transport:
         timeout = self._timeouts.get(idle)
         if timeout is None:
             timeout = self._timeouts[idle] = aiohttp.ClientTimeout(total=None, sock_connect=min(idle, 30.0), sock_read=idle)
-        url = self._url(provider, suffix, query)
-        if provider.protocol == ANTHROPIC:  # anthropic-version and -beta come from the client
-            headers = provider_headers(provider, client_headers, stream)
+        url = self._url(provider, path, query)
+        if wire.client_dependent_headers(provider.protocol):  # some come from the client
+            headers = provider_headers(wire, provider, client_headers, stream)
         else:
-            key = (provider.protocol, provider.api_key, stream)
+            key = (id(wire), provider.protocol, provider.api_key, provider.auth, stream)
             fixed = self._headers.get(key)
             if fixed is None:
-                fixed = self._headers[key] = provider_headers(provider, client_headers, stream)
+                fixed = self._headers[key] = provider_headers(wire, provider, client_headers, stream)
             headers = dict(fixed)
         if extra_headers:  # trace context: never a client header, only what the proxy itself adds
             headers.update(extra_headers)
@@ -219,7 +167,8 @@ class Transport:
             _attempt.reset(token)
 
     async def forward(
-        self, provider: ProviderConfig, method: str, path: str, query: Mapping[str, str], client_headers: Mapping[str, str],
+        self, wire: Wire, provider: ProviderConfig, method: str, path: str, query: Mapping[str, str],
+        client_headers: Mapping[str, str],
     ) -> aiohttp.ClientResponse:
         """A body-less GET or DELETE of one of the provider's own resources (a Responses
         provider's stored response): `path` is already escaped segment by segment, `query`
@@ -231,7 +180,7 @@ class Transport:
         url = yarl.URL(provider.base_url.rstrip("/") + path, encoded=True)
         if query:
             url = url.with_query(query)
-        headers = provider_headers(provider, client_headers, False)
+        headers = provider_headers(wire, provider, client_headers, False)
         headers.pop("Content-Type", None)
         attempt = _Attempt()
         token = _attempt.set(attempt)
@@ -240,16 +189,16 @@ class Transport:
         finally:
             _attempt.reset(token)
 
-    def _url(self, provider: ProviderConfig, suffix: str, query: str) -> yarl.URL:
+    def _url(self, provider: ProviderConfig, path: str, query: str) -> yarl.URL:
         if query:  # as the client sent it: not kept
-            return yarl.URL(upstream_url(provider, suffix, query), encoded=True)
-        key = (provider.base_url, provider.protocol, suffix)
+            return yarl.URL(upstream_url(provider, path, query), encoded=True)
+        key = (provider.base_url, path)
         url = self._urls.get(key)
         if url is None:
-            if len(self._urls) >= 1024:  # Gemini suffixes name the model: keep the cache bounded
+            if len(self._urls) >= 1024:  # paths may name the model: keep the cache bounded
                 self._urls.clear()
             # encoded=True: the path goes upstream byte for byte
-            url = self._urls[key] = yarl.URL(upstream_url(provider, suffix), encoded=True)
+            url = self._urls[key] = yarl.URL(upstream_url(provider, path), encoded=True)
         return url
 
     async def _post(self, provider, session, url, headers, body, timeout, attempt, idle,

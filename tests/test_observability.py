@@ -96,8 +96,8 @@ def test_sanitiser_bounds():
     assert requestid.upstream_id({"request-id": "req_011CX"}) == "req_011CX"
     assert requestid.upstream_id({"x-request-id": "bad id\r\n"}) is None
     both = {"x-request-id": "req_oai", "request-id": "req_ant"}
-    assert requestid.upstream_id(both, "anthropic_messages") == "req_ant"
-    assert requestid.upstream_id(both, "openai_responses") == "req_oai"
+    assert requestid.upstream_id(both, "request-id") == "req_ant"
+    assert requestid.upstream_id(both, "x-request-id") == "req_oai"
 
 
 def test_upstream_request_id_is_logged_and_passed_on_beside_ours(proxy, mock):

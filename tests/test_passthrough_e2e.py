@@ -462,11 +462,18 @@ class _StandInStream:
 
 
 class _StandInEngine:
-    def __init__(self):
+    """Translation stood in for; what is not translation (the protocols' descriptors,
+    error bodies) is the real engine's."""
+
+    def __init__(self, real):
         from proxai.errors import builtin_tables
 
+        self._real = real
         self.streams = []
         self.tables = builtin_tables()
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
 
     def translate_request(self, ctx, body):
         return {"model": ctx.upstream_model, "max_tokens": 16, "messages": body["messages"], "stream": bool(body.get("stream"))}
@@ -483,7 +490,7 @@ class _StandInEngine:
 
 def test_translation_plumbing_non_streaming_and_streaming(start_proxy, mock):
     p = start_proxy()
-    p.proxy.engine = _StandInEngine()
+    p.proxy.engine = _StandInEngine(p.proxy.engine)
     client = p.openai()
     mock.enqueue(Turn([Text("Bonjour.")]))
     out = client.chat.completions.create(model="anthropic/claude-x", messages=MESSAGES)

@@ -117,7 +117,7 @@ class InspectorWeb:
             "requests": memory + disk,
             "ring_size": self.ring.size,
             "capture_to_disk": self.proxy.recorder is not None,
-            "protocols": list(dryrun.PROTOCOLS),
+            "protocols": list(self.proxy.engine.wire.names),
         })
 
     async def request(self, request: web.Request) -> web.StreamResponse:
@@ -177,8 +177,8 @@ class InspectorWeb:
         if kind not in ("request", "response", "stream"):
             return _json({"error": {"message": "kind must be request, response or stream"}}, 400)
         for name, value in (("from", source), ("to", target)):
-            if value not in dryrun.PROTOCOLS:
-                return _json({"error": {"message": f"{name} must be one of {', '.join(dryrun.PROTOCOLS)}"}}, 400)
+            if value not in self.proxy.engine.wire:
+                return _json({"error": {"message": f"{name} must be one of {', '.join(self.proxy.engine.wire.names)}"}}, 400)
         body = doc.get("body")
         if not isinstance(body, str):
             return _json({"error": {"message": "body must be a string (the payload to translate)"}}, 400)

@@ -38,49 +38,78 @@ def _gemini_contents(body: dict) -> list:
     return [c for c in body.get("contents") or [] if isinstance(c, dict)]
 
 
-def last_user_text(protocol: str, body: dict) -> str:
-    if protocol == GEMINI:
-        users = [c for c in _gemini_contents(body) if c.get("role", "user") == "user"]
-        parts = users[-1].get("parts") if users else None
-        return " ".join(p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)).strip()
-    if protocol == RESPONSES:
-        items = body.get("input")
-        if isinstance(items, str):
-            return items
-        messages = [i for i in items or [] if isinstance(i, dict) and i.get("role") == "user"]
-    else:
-        messages = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+def _gemini_user_text(body: dict) -> str:
+    users = [c for c in _gemini_contents(body) if c.get("role", "user") == "user"]
+    parts = users[-1].get("parts") if users else None
+    return " ".join(p["text"] for p in parts or [] if isinstance(p, dict) and isinstance(p.get("text"), str)).strip()
+
+
+def _responses_user_text(body: dict) -> str:
+    items = body.get("input")
+    if isinstance(items, str):
+        return items
+    messages = [i for i in items or [] if isinstance(i, dict) and i.get("role") == "user"]
     return _text_of(messages[-1].get("content")) if messages else ""
 
 
-def tool_result(protocol: str, body: dict) -> str | None:
-    """The output of the tool call the conversation ends with, if it ends with one."""
-    if protocol == GEMINI:
-        contents = _gemini_contents(body)
-        for part in (contents[-1].get("parts") or []) if contents else []:
-            response = part.get("functionResponse") if isinstance(part, dict) else None
-            if isinstance(response, dict):
-                out = (response.get("response") or {}).get("output", response.get("response"))
-                return out if isinstance(out, str) else json.dumps(out)
-        return None
-    if protocol == RESPONSES:
-        items = body.get("input")
-        last = items[-1] if isinstance(items, list) and items else None
-        if isinstance(last, dict) and last.get("type") == "function_call_output":
-            out = last.get("output")
+def _messages_user_text(body: dict) -> str:
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict) and m.get("role") == "user"]
+    return _text_of(messages[-1].get("content")) if messages else ""
+
+
+def last_user_text(protocol: str, body: dict) -> str:
+    return _USER_TEXT.get(protocol, _messages_user_text)(body)
+
+
+def _gemini_tool_result(body: dict) -> str | None:
+    contents = _gemini_contents(body)
+    for part in (contents[-1].get("parts") or []) if contents else []:
+        response = part.get("functionResponse") if isinstance(part, dict) else None
+        if isinstance(response, dict):
+            out = (response.get("response") or {}).get("output", response.get("response"))
             return out if isinstance(out, str) else json.dumps(out)
-        return None
+    return None
+
+
+def _responses_tool_result(body: dict) -> str | None:
+    items = body.get("input")
+    last = items[-1] if isinstance(items, list) and items else None
+    if isinstance(last, dict) and last.get("type") == "function_call_output":
+        out = last.get("output")
+        return out if isinstance(out, str) else json.dumps(out)
+    return None
+
+
+def _last_message(body: dict) -> dict | None:
     messages = body.get("messages") or []
     last = messages[-1] if messages else None
-    if not isinstance(last, dict):
+    return last if isinstance(last, dict) else None
+
+
+def _chat_tool_result(body: dict) -> str | None:
+    last = _last_message(body)
+    return _text_of(last.get("content")) if last is not None and last.get("role") == "tool" else None
+
+
+def _anthropic_tool_result(body: dict) -> str | None:
+    last = _last_message(body)
+    if last is None:
         return None
-    if protocol == CHAT:
-        return _text_of(last.get("content")) if last.get("role") == "tool" else None
     for block in last.get("content") or [] if isinstance(last.get("content"), list) else []:
         if isinstance(block, dict) and block.get("type") == "tool_result":
             content = block.get("content")
             return content if isinstance(content, str) else _text_of(content)
     return None
+
+
+# Where each protocol's request has the last user text and a tool's result.
+_USER_TEXT = {GEMINI: _gemini_user_text, RESPONSES: _responses_user_text}
+_TOOL_RESULT = {GEMINI: _gemini_tool_result, RESPONSES: _responses_tool_result, CHAT: _chat_tool_result}
+
+
+def tool_result(protocol: str, body: dict) -> str | None:
+    """The output of the tool call the conversation ends with, if it ends with one."""
+    return _TOOL_RESULT.get(protocol, _anthropic_tool_result)(body)
 
 
 def _words(text: str) -> list[str]:
@@ -182,9 +211,10 @@ def demo_turn(protocol: str, body: dict) -> Turn:
     return hello(protocol, body)
 
 
+# Fields a counting answer has besides its count (InputTokenCountResponse's object).
+_COUNT_EXTRA = {RESPONSES: {"object": "response.input_tokens"}}
+
+
 def token_count(protocol: str, raw: bytes) -> dict:
     """A counting endpoint's answer: one token per 4 bytes of the request body."""
-    tokens = max(1, len(raw) // 4)
-    if protocol == "openai_responses":
-        return {"object": "response.input_tokens", "input_tokens": tokens}
-    return {"input_tokens": tokens}
+    return {**_COUNT_EXTRA.get(protocol, {}), "input_tokens": max(1, len(raw) // 4)}

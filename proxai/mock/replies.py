@@ -102,13 +102,24 @@ _GEMINI_STATUSES = {
 }
 
 
-def native_error_body(protocol: str, status: int, message: str | None = None) -> dict:
-    """The body a real upstream of `protocol` sends with an HTTP error status."""
-    message = message or f"mock upstream error {status}"
-    if protocol == GEMINI:
-        return {"error": {"code": status, "message": message, "status": _GEMINI_STATUSES.get(status, "UNKNOWN")}}
-    if protocol == ANTHROPIC:
-        kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-        return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_mock"}
+def _gemini_error(status: int, message: str) -> dict:
+    return {"error": {"code": status, "message": message, "status": _GEMINI_STATUSES.get(status, "UNKNOWN")}}
+
+
+def _anthropic_error(status: int, message: str) -> dict:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_mock"}
+
+
+def _openai_error(status: int, message: str) -> dict:
     kind = _OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+# The error body of each protocol's real upstreams; OpenAI's for the rest.
+_ERROR_BODIES = {GEMINI: _gemini_error, ANTHROPIC: _anthropic_error}
+
+
+def native_error_body(protocol: str, status: int, message: str | None = None) -> dict:
+    """The body a real upstream of `protocol` sends with an HTTP error status."""
+    return _ERROR_BODIES.get(protocol, _openai_error)(status, message or f"mock upstream error {status}")

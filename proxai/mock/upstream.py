@@ -72,6 +72,10 @@ def gemini_request(path: str, body: dict | None) -> tuple[str, dict] | None:
     return method, {**(body or {}), "model": model, "stream": method == "streamGenerateContent"}
 
 
+# Protocols whose requests name the model and the method in the path.
+MODEL_IN_PATH = {GEMINI: gemini_request}
+
+
 class MockUpstream:
     """Serves POST /v1/chat/completions, /v1/responses, /v1/messages and Gemini's
     /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens on `app`.
@@ -169,7 +173,8 @@ class MockUpstream:
             raw_path=request.rel_url.raw_path,
         )
         self.requests.append(record)
-        gemini = gemini_request(path, record.body) if protocol == GEMINI else None
+        in_path = MODEL_IN_PATH.get(protocol)  # the model and the method in the URL (Gemini)
+        gemini = in_path(path, record.body) if in_path is not None else None
         if gemini is not None and request.method == "POST":
             method, shaped = gemini
             if method == "countTokens":

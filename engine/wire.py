@@ -1,0 +1,237 @@
+"""The wire surface of every protocol, read from the descriptors (`protocol.yaml`).
+
+One `Wire` answers what the server must know around a codec: which protocols exist
+(the rules folders with a `protocol.yaml`), their family and features, the client
+endpoints, the headers toward the provider, the upstream URL of an operation and
+whether a stream may carry SSE comments. The server asks it; it never compares
+protocol ids itself.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+from urllib.parse import quote
+
+from .errors import InvalidRequest, RuleError
+from .protocol import Descriptor
+
+# The built-in protocols first, in this order (documentation tables, CLI choices);
+# the rest of the rules folders follow by name.
+_ORDER = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")
+
+# Printable ASCII without controls: a client header value that is anything else (bytes that
+# are not UTF-8, a stray CR) is dropped rather than sent upstream mangled.
+_TOKEN = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?")
+
+
+def is_token(value: str | None) -> bool:
+    return bool(value) and _TOKEN.fullmatch(value) is not None
+
+
+def model_segment(model: str | None, title: str) -> str:
+    """A model name as the one path segment it must stay (`/models/{model}:method`):
+    `/`, `?`, `#`, `%`, `:` and every control or non-ASCII byte are escaped, so no client
+    model can reach another path or add to the query of a request that carries the key."""
+    name = (model or "").removeprefix("models/")
+    if not name:
+        raise InvalidRequest(f"the model routes to a {title} provider but names no model (an empty name after "
+                             "models/)", param="model")
+    return quote(name, safe="-._~@")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where an operation goes upstream: the path below the provider's base_url and a raw query."""
+    path: str
+    query: str = ""
+
+
+class Wire:
+    """Every protocol's wire surface; built from the layered descriptors."""
+
+    def __init__(self, descriptors: Mapping[str, Descriptor]):
+        self.descriptors = dict(descriptors)
+        self.names: tuple[str, ...] = tuple(p for p in _ORDER if p in self.descriptors) + tuple(
+            sorted(p for p in self.descriptors if p not in _ORDER))
+
+    def __contains__(self, protocol) -> bool:
+        return protocol in self.descriptors
+
+    def _d(self, protocol: str) -> Descriptor:
+        try:
+            return self.descriptors[protocol]
+        except KeyError:
+            raise InvalidRequest(f"no protocol named {protocol!r} in the rules") from None
+
+    # --- what a protocol is -----------------------------------------------------------
+    def family(self, protocol: str) -> str | None:
+        return self._d(protocol).family
+
+    def title(self, protocol: str) -> str:
+        return self._d(protocol).doc.get("title") or protocol
+
+    def of_family(self, family: str) -> tuple[str, ...]:
+        """The protocols of an API family, the family's first (its default answer shape) first."""
+        return tuple(p for p in self.names if self.descriptors[p].family == family)
+
+    def families(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(self.descriptors[p].family for p in self.names if self.descriptors[p].family))
+
+    def has(self, protocol: str | None, feature: str) -> bool:
+        """Whether the protocol declares `feature` (e.g. `stored_responses`)."""
+        return protocol in self.descriptors and feature in (self.descriptors[protocol].doc.get("features") or ())
+
+    def with_feature(self, feature: str) -> tuple[str, ...]:
+        return tuple(p for p in self.names if self.has(p, feature))
+
+    # --- the client side --------------------------------------------------------------
+    def endpoint(self, protocol: str, operation: str) -> dict | None:
+        """The client endpoint of an operation (`generate`, `count_tokens`), or None."""
+        value = self._d(protocol).section("endpoints").get(operation)
+        return value if isinstance(value, dict) else None
+
+    def body_paths(self, operation: str) -> dict[str, str]:
+        """path -> protocol of the client endpoints whose body names the model (no `{model}` in the path)."""
+        out = {}
+        for p in self.names:
+            ep = self.endpoint(p, operation)
+            if ep and "{model}" not in ep["path"]:
+                out[ep["path"]] = p
+        return out
+
+    def count_answer(self, protocol: str, tokens: int) -> dict:
+        """A client count_tokens answer in the protocol's shape."""
+        ep = self.endpoint(protocol, "count_tokens") or {}
+        return {**(ep.get("answer") or {}), ep.get("count", "input_tokens"): tokens}
+
+    def count_fill(self, protocol: str) -> dict:
+        """Fields the generation request requires that a counting request leaves out."""
+        return dict((self.endpoint(protocol, "count_tokens") or {}).get("fill") or {})
+
+    def user_fields(self, protocol: str) -> tuple[str, ...]:
+        """Body fields naming the end user (they keep a conversation on one key)."""
+        return tuple((self.endpoint(protocol, "generate") or {}).get("user") or ())
+
+    def marks(self, family: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
+        """Whether a request on a shared path (`/v1/models`) comes from a client of `family`."""
+        for p in self.of_family(family):
+            marks = self._d(p).section("headers").get("client_marks") or {}
+            if any(h in headers for h in marks.get("headers") or ()) or any(q in query for q in marks.get("query") or ()):
+                return True
+        return False
+
+    def client_key(self, protocol: str, headers: Mapping[str, str], query: Mapping[str, str]) -> str | None:
+        """The client's key where the protocol's clients send it (None: the common headers)."""
+        where = self._d(protocol).section("headers").get("client_key") or {}
+        for name in where.get("headers") or ():
+            if name in headers:
+                return headers[name]
+        for name in where.get("query") or ():
+            if name in query:
+                return query[name]
+        return None
+
+    def request_id_header(self, protocol: str | None) -> str:
+        """The response header the protocol's SDK reports as the request id (and its providers send)."""
+        d = self.descriptors.get(protocol or "")
+        return (d.section("headers").get("request_id") if d else None) or "x-request-id"
+
+    def comments_allowed(self, protocol: str) -> bool:
+        """Whether the protocol's clients accept SSE comments (heartbeats) in a stream."""
+        return self._d(protocol).section("stream").get("comments", True) is not False
+
+    # --- the provider side ------------------------------------------------------------
+    def upstream(self, protocol: str, operation: str) -> dict | None:
+        value = self._d(protocol).section("upstream").get(operation)
+        return value if isinstance(value, dict) else None
+
+    def target(self, protocol: str, operation: str, model: str | None = None, stream: bool = False) -> Target | None:
+        """Where `operation` goes on a provider of `protocol` (None: it has no such endpoint)."""
+        op = self.upstream(protocol, operation)
+        if op is None:
+            return None
+        if stream and isinstance(op.get("stream"), dict):
+            op = {**op, **op["stream"]}
+        path = op["path"]
+        if "{model}" in path:
+            path = path.replace("{model}", model_segment(model, self.title(protocol)))
+        return Target(path, op.get("query", ""))
+
+    def count_request(self, protocol: str, translated: dict, model: str) -> dict:
+        """A translated generation request reduced to what the counting endpoint accepts."""
+        op = self.upstream(protocol, "count_tokens") or {}
+        accepted = set(op.get("accepts") or ())
+        out = {k: v for k, v in translated.items() if k in accepted}
+        wrap = op.get("wrap")
+        if wrap:
+            name = model.removeprefix("models/")
+            head = {k: v.replace("{model}", name) for k, v in (wrap.get("with") or {}).items()}
+            out = {wrap["field"]: {**head, **out}}
+        return out
+
+    def count_field(self, protocol: str) -> str:
+        return (self.upstream(protocol, "count_tokens") or {}).get("count", "input_tokens")
+
+    def options(self, protocol: str) -> tuple[str, ...]:
+        """Provider settings of the config that only this protocol's providers take."""
+        return tuple(self._d(protocol).section("upstream").get("options") or ())
+
+    def client_dependent_headers(self, protocol: str) -> bool:
+        """Whether the provider headers depend on the client's (some are passed on)."""
+        return bool(self._d(protocol).section("headers").get("from_client"))
+
+    def provider_headers(self, protocol: str, key: str, settings, client_headers: Mapping[str, str]) -> dict[str, str]:
+        """Auth and passed-on client headers toward a provider. `settings` has the provider's
+        config (its `auth` choice, defaults named by `from_client`). Only the provider's key
+        goes upstream, never the client's."""
+        section = self._d(protocol).section("headers")
+        auth = section.get("auth") or {}
+        chosen = auth.get(getattr(settings, "auth", None)) or next(iter(auth.values()), {})
+        headers = {name: value.replace("{key}", key) for name, value in chosen.items()}
+        for name, how in (section.get("from_client") or {}).items():
+            how = how or {}
+            if how.get("join"):
+                values = client_headers.getall(name, None) if hasattr(client_headers, "getall") else None
+                if values is None and client_headers.get(name):
+                    values = [client_headers[name]]
+                values = [v for v in values or () if is_token(v)]
+                if values:
+                    headers[name] = how["join"].join(values)
+                continue
+            value = client_headers.get(name)
+            if is_token(value):
+                headers[name] = value
+            elif how.get("default"):
+                headers[name] = getattr(settings, how["default"])
+        return headers
+
+
+def descriptor_files(directory: Path) -> list[Path]:
+    return sorted(p for p in Path(directory).glob("*/protocol.yaml") if p.is_file())
+
+
+_LOADED: dict = {}
+
+
+def load(override_dir=None, builtin_dir=None) -> tuple[Wire, list[RuleError]]:
+    """The descriptors alone (no codec compiled), for what needs only the wire surface
+    (config validation): the built-in rules layered with `override_dir`."""
+    from .ruleset import layer, read_file, rule_dirs
+
+    dirs = rule_dirs(override_dir, builtin_dir)
+    files = [p for d in dirs if Path(d).is_dir() for p in descriptor_files(d)]
+    key = tuple((str(p), p.stat().st_mtime_ns) for p in files)
+    if key in _LOADED:
+        return _LOADED[key]
+    sources, problems = [], []
+    for path in files:
+        src, errs = read_file(path)
+        problems.extend(errs)
+        if src is not None and not errs:
+            sources.append(src)
+    layered = layer(sources)
+    wire = Wire({n: Descriptor(n, doc, f) for n, (doc, f) in layered.protocols.items()})
+    _LOADED[key] = (wire, problems)
+    return wire, problems
