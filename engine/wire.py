@@ -17,10 +17,6 @@ from urllib.parse import quote
 from .errors import InvalidRequest, RuleError
 from .protocol import Descriptor
 
-# The built-in protocols first, in this order (documentation tables, CLI choices);
-# the rest of the rules folders follow by name.
-_ORDER = ("openai_chat_completions", "openai_responses", "anthropic_messages", "gemini_generate_content")
-
 # Printable ASCII without controls: a client header value that is anything else (bytes that
 # are not UTF-8, a stray CR) is dropped rather than sent upstream mangled.
 _TOKEN = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]{0,254}[\x21-\x7e])?")
@@ -53,8 +49,9 @@ class Wire:
 
     def __init__(self, descriptors: Mapping[str, Descriptor]):
         self.descriptors = dict(descriptors)
-        self.names: tuple[str, ...] = tuple(p for p in _ORDER if p in self.descriptors) + tuple(
-            sorted(p for p in self.descriptors if p not in _ORDER))
+        # By each descriptor's `order` (documentation tables, messages), then by name.
+        self.names: tuple[str, ...] = tuple(sorted(
+            self.descriptors, key=lambda p: (self.descriptors[p].doc.get("order", float("inf")), p)))
 
     def __contains__(self, protocol) -> bool:
         return protocol in self.descriptors

@@ -5,10 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-CHAT = "openai_chat_completions"
-RESPONSES = "openai_responses"
-ANTHROPIC = "anthropic_messages"
-GEMINI = "gemini_generate_content"
+from proxai.protocols import ANTHROPIC, CHAT, GEMINI, RESPONSES  # noqa: F401  (re-exported)
 
 NATIVE = object()  # Error body default: the protocol's own error shape
 
