@@ -150,6 +150,8 @@ class Engine:
         if not isinstance(body, dict):
             raise UpstreamProtocolError("upstream response body is not a JSON object")
         ir = self.decode_response(ctx, body)
+        if ctx.response_model is not None:
+            ir["model"] = ctx.response_model
         if ctx.tool_calls:
             ir = restore_response(ir, ctx)
         return self.encode_response(ctx, ir)

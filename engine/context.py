@@ -14,6 +14,8 @@ class Context:
     provider_protocol: str
     provider_name: str = "default"
     upstream_model: str | None = None
+    # The model name answers carry in place of the provider's (None: the provider's).
+    response_model: str | None = None
     client_body: dict | None = None
     continuation_enabled: bool = True
     continuation_secret: str | None = None

@@ -475,7 +475,10 @@ class StreamTranslator:
         out: list[bytes] = []
         if self.restorer is not None:
             events = [r for ev in events for r in self.restorer.push(ev)]
+        model = getattr(self.ctx, "response_model", None)
         for ev in events:
+            if model is not None and ev["type"] == "message_start":
+                ev = {**ev, "model": model}
             if ev["type"] in _OBSERVED:
                 self._observe(ev)
             if self.links is not None:

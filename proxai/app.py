@@ -18,6 +18,7 @@ from aiohttp import web
 import engine
 
 from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing
+from proxai import response_model
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -251,6 +252,7 @@ class Proxy:
         # the proxy keeps the state of this protocol's responses (previous_response_id, store)
         stateful = self.engine.wire.has(protocol, "stored_responses") and self.state is not None
         if provider.protocol == protocol:
+            answer_model = response_model.answer_model(match, body["model"])
             if match.upstream_model != body["model"]:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
@@ -259,7 +261,7 @@ class Proxy:
             target = self.engine.wire.target(protocol, "generate", match.upstream_model, stream)
             target = Target(target.path, target.query or request.rel_url.raw_query_string)
             return await self._passthrough(request, protocol, provider, raw, stream, info, target,
-                                           body=body)
+                                           body=body, answer_model=answer_model)
         turn = None
         if stateful:
             if turns:  # a retry: the conversation was resolved by the first translated attempt
@@ -272,8 +274,12 @@ class Proxy:
 
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
-        target: Target, body: dict | None = None,
+        target: Target, body: dict | None = None, answer_model: str | None = None,
     ) -> web.StreamResponse:
+        """`answer_model`: the model name the answer must carry in place of the provider's (response_model)."""
+        rewrite = None
+        if answer_model is not None:
+            rewrite = response_model.rewriter(response_model.answer_key(self.engine.tables, protocol), answer_model)
         upstream = await self._send(request, provider, raw, stream, info, target)
         try:
             await self._raise_for_status(upstream, provider)
@@ -287,6 +293,8 @@ class Proxy:
                 summary = self.engine.summary(protocol, data)
                 info.update(usage_fields(summary.get("usage")))
                 self.tracing.upstream_done(info, protocol, summary)
+                if rewrite is not None:
+                    data = rewrite(data)
                 response = _json_response(upstream.status, data, upstream.headers, info, self.engine.wire)
                 relayed_type = upstream.headers.get("Content-Type", "")
                 if relayed_type and "json" not in relayed_type.lower():
@@ -299,7 +307,7 @@ class Proxy:
             upstream.close()
             raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
         ctx = engine.Context(client_protocol=protocol, provider_protocol=protocol, provider_name=provider.name,
-                             upstream_model=info.get("upstream_model"), client_body=body)
+                             upstream_model=info.get("upstream_model"), client_body=body, response_model=answer_model)
         relay = StreamLoop(
             upstream,
             Relay(protocol, self.engine, ctx),
@@ -309,6 +317,7 @@ class Proxy:
             max_event_bytes=self.config.server.max_sse_event_bytes,
             idle_guarded=True,  # Transport.send's sock_read is the provider's read_idle_timeout_secs
         )
+        relay.rewrite = rewrite
         return await self._stream(request, relay, upstream, info)
 
     async def _stream(
@@ -418,6 +427,7 @@ class Proxy:
             provider_protocol=provider.protocol,
             provider_name=provider.name,
             upstream_model=match.upstream_model,
+            response_model=response_model.answer_model(match, body.get("model")),
             client_body=body,
             continuation_enabled=self.config.continuation_enabled,
             continuation_secret=self.config.continuation_secret,

@@ -160,6 +160,9 @@ class RouteConfig:
     # the first of them. Empty: the route has the one `provider`.
     providers: tuple["RouteProvider", ...] = ()
     strategy: str = "round_robin"  # round_robin | weighted | least_in_flight | sticky
+    # Which model name answers carry when the route renames the model: the client's (default)
+    # or the upstream's (proxai/response_model.py).
+    response_model: str = "client"
 
 
 @dataclass(frozen=True)
@@ -517,6 +520,7 @@ def _build(doc: dict[str, Any]) -> Config:
             hosted_tools=r.get("hosted_tools"),
             reasoning=r.get("reasoning"),
             max_output_tokens=r.get("max_output_tokens"),
+            response_model=r.get("response_model", "client"),
             fallbacks=tuple(
                 Fallback(f) if isinstance(f, str) else Fallback(f["provider"], f.get("upstream_model"))
                 for f in r.get("fallbacks", ())

@@ -14,7 +14,7 @@ import dataclasses
 import orjson
 from aiohttp import web
 
-from proxai import count_tokens, ingress, models_endpoint, pools, token_estimate
+from proxai import count_tokens, ingress, models_endpoint, pools, response_model, token_estimate
 from proxai import errors as E
 from proxai.protocols import GEMINI
 from proxai.transport import read_body
@@ -126,7 +126,8 @@ async def passthrough(proxy, request: web.Request, match, raw: bytes, stream: bo
     """Gemini to Gemini: the body as sent, to the route's model; only `alt=sse` of the query
     goes on (the client's `key` never does)."""
     target = proxy.engine.wire.target(GEMINI, "generate", match.upstream_model, stream)
-    return await proxy._passthrough(request, GEMINI, match.provider, raw, stream, info, target)
+    return await proxy._passthrough(request, GEMINI, match.provider, raw, stream, info, target,
+                                    answer_model=response_model.answer_model(match, info.get("model")))
 
 
 async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str) -> web.Response:

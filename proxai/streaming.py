@@ -204,6 +204,8 @@ class StreamLoop:
         self._eof = False
         self._seen_event = False
         self._relayed = 0  # pass-through events relayed unchanged
+        # Pass-through: bytes -> bytes applied to each relayed event (proxai/response_model.py).
+        self.rewrite = None
         self.outcome = Outcome.OPEN
 
     @property
@@ -292,7 +294,8 @@ class StreamLoop:
                 # The relay only speaks to replace a malformed event with an error.
                 if not produced:
                     self._relayed += 1
-                out.extend(produced or [raw])
+                    produced = [raw]
+                out.extend(produced if self.rewrite is None else map(self.rewrite, produced))
             else:
                 out.extend(produced)
         return out

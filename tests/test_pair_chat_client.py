@@ -62,7 +62,7 @@ def test_text_non_streaming(openai_client, mock, provider):
     assert r.choices[0].finish_reason == "stop"
     assert r.object == "chat.completion"
     assert r.id.startswith("chatcmpl-")
-    assert r.model == "up-model"
+    assert r.model == model(provider)  # the client's name (response_model: client); upstream got up-model
     assert (r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens) == (12, 3, 15)
     body = sent(mock)
     assert body["model"] == "up-model"

@@ -40,7 +40,7 @@ def test_text_non_streaming(openai_client, mock, provider):
     r = openai_client.responses.create(model=model(provider), instructions="Be brief.", input="hi",
                                        max_output_tokens=50, temperature=0.5)
     assert r.output_text == "Hello there"
-    assert r.status == "completed" and r.id.startswith("resp_") and r.model == "up-model"
+    assert r.status == "completed" and r.id.startswith("resp_") and r.model == model(provider)
     assert (r.usage.input_tokens, r.usage.output_tokens, r.usage.total_tokens) == (12, 3, 15)
     body = sent(mock)
     assert body["model"] == "up-model" and body["temperature"] == 0.5
