@@ -6,9 +6,8 @@ import re
 
 import orjson
 
+from .codegen import fail
 from .errors import InvalidRequest, TranslationError, UpstreamProtocolError
-from .expr import truthy
-from .constructs import compile_fail
 from .template import Compiler, Run, Scope
 
 #: values that count as absent for advisory fields (docs/mappings.md "neutral values")
@@ -23,19 +22,20 @@ class Codec:
         request = self.kind.startswith("request")
         self.run = Run(InvalidRequest if request else UpstreamProtocolError, annotate_paths=self.kind == "request.decode")
         self.params = dict(doc.get("params") or {})
-        # A reject table is data; each entry fails through the one failure construct, $fail.
-        self.rejects = [(compiler.compile(r["when"], r, "when"), compile_fail(compiler, {"$fail": r["message"], "$param": r["param"]}),
-                         compiler.where(r)) for r in doc.get("reject") or []]
-        # the index of the first reject whose `when` holds, all tested in one generated function
-        self.first_reject = compiler.generator.first_true([(r["when"], r, "when") for r in doc.get("reject") or []]) \
-            if compiler.fast and self.rejects else None
+        # A reject table is data; each entry fails as the one failure construct, $fail, does.
+        rejects = doc.get("reject") or []
+        for r in rejects:
+            compiler.check(r["when"], r, "when")
+        self.rejects = [(str(r["message"]), r["param"], compiler.where(r)) for r in rejects]
         self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
         self.advise = _advisory_fn(self.advisory, compiler.file) if self.advisory else None
         self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
         self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
         for name in compiler.named_src:
             compiler.ref(name)
-        self.output = compiler.build(doc["output"], doc)
+        self.output = compiler.compile(doc["output"], doc)
+        # the index of the first reject whose `when` holds, all tested in one generated function
+        self.first_reject = compiler.generator.first_true([(r["when"], r, "when") for r in rejects]) if rejects else None
 
     def apply(self, payload, ctx):
         if self.params:
@@ -43,13 +43,10 @@ class Codec:
         scope = Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, self.run)
         if self.first_reject is not None:
             i = self.first_reject(scope)
-            rejects = self.rejects[i:i + 1] if i >= 0 else ()
-        else:
-            rejects = self.rejects
-        for when, fail, where in rejects:
-            if self.first_reject is not None or truthy(when(scope)):
+            if i >= 0:
+                message, param, where = self.rejects[i]
                 try:
-                    fail(scope)
+                    fail(scope, message, param)
                 except TranslationError as err:
                     err.rule = where
                     raise

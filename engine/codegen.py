@@ -1,19 +1,22 @@
-"""Templates compiled to Python source: one generated function per template tree.
+"""Templates compiled to Python source: one generated function per template tree,
+the one way rules run.
 
-The closure compiler (:mod:`engine.template`, :mod:`engine.constructs`) stays the
-definition of the language and the one place rule files are checked: every template
-is compiled by it first, so load and lint errors cannot differ. For the server, the
-checked tree is then turned into a single Python function in which constructs,
-selectors and objects are inlined as statements over local variables (the current
-item, the variables dict, the data path), so evaluating a template costs no
-``Scope`` per node, no call per node and no variables-dict merge per ``$map`` item.
-A ``Scope`` is built only where a hook or a failure needs one.
+:class:`engine.template.Compiler` checks a template (the registry pass the linter runs
+too) before it comes here, so this module trusts its input. The checked tree becomes a
+single Python function in which constructs, selectors and objects are inlined as
+statements over local variables (the current item, the variables dict, the data path),
+so evaluating a template costs no ``Scope`` per node, no call per node and no
+variables-dict merge per ``$map`` item. A ``Scope`` is built only where a hook or a
+failure needs one.
+
+Selectors: a plain field path or ``$var.path`` is a chain of dict lookups; any other
+selector's jmespath AST is generated as statements with jmespath's semantics, and the
+few shapes not generated call jmespath's own search (compiled once, at load).
 
 Errors keep their provenance: each fallible construct's code sits in a ``try`` that
-does what :func:`engine.template._located` does for the closure (the rule's
-``file:line``; the data path for a malformed payload), and failures name the client's
-field through the same :meth:`Scope.fail` as before. A construct this module does not
-know (v1 idioms that legacy files may still use) calls its checked closure.
+attaches the rule's ``file:line`` to a failure from inside it (the innermost fallible
+construct's; a malformed payload is reported with the data path), and failures name
+the client's field through :meth:`Scope.fail`.
 """
 from __future__ import annotations
 
@@ -23,9 +26,10 @@ import re
 import jmespath
 
 from . import expr as _expr
-from .constructs import compile_fail, switch_key
-from .errors import TranslationError
-from .template import _MISS, NULL, Scope, template_params
+from . import registry
+from .errors import InvalidRequest, TranslationError, UpstreamProtocolError
+from .registry import template_params
+from .scope import MISS, NULL, Scope
 
 _VAR_PATH = re.compile(r"^\$([A-Za-z_]\w*)((?:\.[A-Za-z_]\w*)*)$")
 _CONTAINERS = (str, list, dict, tuple)
@@ -51,6 +55,26 @@ def _unknown(scope, cur, vars, path, table, key):
     Scope(cur, vars, path, scope.ctx, scope.run).fail(f"unknown {table.source} value {key!r}")
 
 
+def fail(scope, message: str, sub: str | None = None, error_class=None):
+    """``$fail``: a 400 naming the client's field on the request path, a 502 on the response
+    and stream paths. ``{param}`` in the message is the field's name."""
+    param = scope.param(sub)
+    if "{param}" in message:
+        message = message.replace("{param}", param or "the request")
+    raise (error_class or scope.run.error_class)(message, param)
+
+
+def switch_key(value) -> str:
+    """The case key a value selects: ``null``, ``true``, ``false``, or the value as text."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return str(value)
+
+
 #: the state of a generated function: its item, variables, data path, and the item as a dict (or None)
 _TOP = ("cur", "V", "P", "D")
 
@@ -58,14 +82,14 @@ _TRUTHY = "({0} is not None and {0} is not False and (not isinstance({0}, CONTAI
 
 
 class Generator:
-    """Generates the fast functions of one rule file's templates (after its closure compile)."""
+    """Generates the functions of one rule file's templates (after the compiler checked them)."""
 
     def __init__(self, compiler):
         self.c = compiler
         self.env: dict = {
-            "Scope": Scope, "NULL": NULL, "MISS": _MISS, "CONTAINERS": _CONTAINERS, "TranslationError": TranslationError,
+            "Scope": Scope, "NULL": NULL, "MISS": MISS, "CONTAINERS": _CONTAINERS, "TranslationError": TranslationError,
             "MALFORMED": _MALFORMED, "malformed": _malformed, "not_list": _not_list, "unsupported": _unsupported,
-            "unknown": _unknown, "switch_key": switch_key,
+            "unknown": _unknown, "switch_key": switch_key, "fail": fail, "OPTIONS": _expr.OPTIONS,
         }
         self.n = 0
         self.fresh: set = set()  # locals that hold a container just built: never None or NULL
@@ -88,7 +112,7 @@ class Generator:
 
     # --- entry points -------------------------------------------------------------
     def template(self, node, parent=None, key=None):
-        """``fn(scope)`` for a template (already checked by the closure compiler)."""
+        """``fn(scope)`` for a template (already checked by the compiler)."""
         fast = self.function(node, parent, key)
         return lambda scope: fast(scope.cur, scope.vars, scope.path, scope)
 
@@ -165,6 +189,7 @@ class Generator:
     def ref(self, name: str) -> list:
         cell = self.named.get(name)
         if cell is None:
+            self.c.ref(name, observed=False)
             cell = self.named[name] = []
             _, body = template_params(self.c.named_src[name])
             cell.append(self.function(body, self.c.named_src, name))
@@ -203,13 +228,17 @@ class Generator:
         if isinstance(node, dict):
             if not any(isinstance(k, str) and k.startswith("$") for k in node):
                 return self.object(node, st, out, ind)
-            name = next((k for k in node if k in self.c.registry.CONSTRUCTS), None)
-            method = getattr(self, "c_" + name[1:], None) if name is not None else None
-            if method is None or (name == "$hook" and node["$hook"] in self.c.registry.RETIRED_HOOKS):
-                return self.closure(node, st, out, ind)
-            if not self.c.registry.CONSTRUCTS[name].fallible:
-                return method(node, st, out, ind)
-            # What engine.template._located does for the closure, inline.
+            name = next((k for k in node if k in registry.CONSTRUCTS), None)
+            if name is None:  # a v1 $reject / $error (legacy files only)
+                name = next(k for k in node if k in registry.RETIRED)
+                method = self.c_retired
+            elif name == "$hook" and node["$hook"] in registry.RETIRED_HOOKS:
+                method = self.c_nulls
+            else:
+                method = getattr(self, "c_" + name[1:])
+                if not registry.CONSTRUCTS[name].fallible:
+                    return method(node, st, out, ind)
+            # A failure inside names this construct's rule (the innermost fallible one's).
             where = self.c.where(node)
             r = self.new("r")
             pad = "    " * ind
@@ -236,31 +265,19 @@ class Generator:
             return r
         return self.const(node)
 
-    def closure(self, node, st, out, ind) -> str:
-        fn = self.c.closures[id(node)]
-        name = self.new("f")
-        self.env[name] = fn
-        r = self.new("r")
-        out.append("    " * ind + f"{r} = {name}({self.scope(st)})")
-        return r
-
     @staticmethod
     def scope(st) -> str:
         return f"Scope({st[0]}, {st[1]}, {st[2]}, scope.ctx, scope.run)"
 
     def selector(self, text: str, st, out, ind, parent=None, key=None) -> str:
         pad = "    " * ind
-        if parent is not None and self.c.registry.v1_literal(text) is not None:
-            # a v1 jmespath literal a legacy file may still use: as compiled before
-            fn = self.new("g")
-            self.env[fn] = _expr.compile_expr(text, self.c.where(parent, key))
-            r = self.new("r")
-            out.append(pad + f"{r} = {fn}({self.scope(st)})")
-            return r
+        idiom = registry.v1_literal(text) if parent is not None else None
+        if idiom is not None:  # a v1 jmespath literal (legacy files only): its value
+            return self.const(idiom.value)
         if text == "@":
             return st[0]
         match = _VAR_PATH.match(text)
-        if match is not None or _expr._FIELD_PATH.match(text):
+        if match is not None or _expr.FIELD_PATH.match(text):
             if match is not None:
                 base, steps = f"{st[1]}.get({match.group(1)!r})", match.group(2).split(".")[1:]
                 r = self.new("r")
@@ -272,7 +289,7 @@ class Generator:
             for step in steps:
                 out.append(pad + f"{r} = {r}.get({step!r}) if isinstance({r}, dict) else None")
             return r
-        var = _expr._VAR.match(text)
+        var = _expr.VAR.match(text)
         if var is not None:
             name, text = var.groups()
             base = self.local(f"{st[1]}.get({name!r})", out, ind)
@@ -286,13 +303,13 @@ class Generator:
             return r
         except _expr._Unsupported:
             fn, r = self.new("g"), self.new("r")
-            self.env[fn] = _expr._compile_selector(text, self.c.where(parent, key) if parent is not None else f"{self.c.file}:0")
-            out.append(pad + f"{r} = {fn}({base})")
+            self.env[fn] = jmespath.compile(text)
+            out.append(pad + f"{r} = {fn}.search({base}, OPTIONS)")
             return r
 
     def jmespath(self, node, v: str, out: list, ind: int, view: str | None = None) -> str:
-        """Statements for a jmespath AST node applied to the value named ``v``, with the
-        semantics of :func:`engine.expr._closure` (which raises _Unsupported for the rest)."""
+        """Statements for a jmespath AST node applied to the value named ``v``, with
+        jmespath's semantics; _Unsupported for a node not generated."""
         pad = "    " * ind
         kind = node["type"]
         children = node.get("children") or []
@@ -422,18 +439,17 @@ class Generator:
         raise _expr._Unsupported
 
     def object(self, node: dict, st, out, ind) -> str:
-        # The same as engine.template.Compiler._object, as statements of the enclosing function.
         pad = "    " * ind
         o = self.new("o")
         out.append(pad + f"{o} = {{}}")
         for key, value in node.items():
             k = repr(key)
-            idiom = self.c.registry.v1_literal(value) if isinstance(value, str) else None
+            idiom = registry.v1_literal(value) if isinstance(value, str) else None
             if idiom is not None:
                 value = None if idiom.value is None else {"$lit": idiom.value}
             if value is None:
                 continue
-            if isinstance(value, str) and (_expr._FIELD_PATH.match(value) or _VAR_PATH.match(value)):
+            if isinstance(value, str) and (_expr.FIELD_PATH.match(value) or _VAR_PATH.match(value)):
                 v = self.selector(value, st, out, ind, node, key)
                 out.append(pad + f"if {v} is not None: {o}[{k}] = {v}")
             elif isinstance(value, dict) and set(value) == {"$lit"} and isinstance(value["$lit"], str):
@@ -453,7 +469,7 @@ class Generator:
         self.fresh.add(o)
         return o
 
-    # --- constructs (engine/constructs.py has the meaning of each) -----------------
+    # --- constructs (rules/README.md has the meaning of each) ---------------------
     def c_lit(self, node, st, out, ind) -> str:
         return self.const(node["$lit"])
 
@@ -468,7 +484,7 @@ class Generator:
     def c_map(self, node, st, out, ind) -> str:
         pad = "    " * ind
         source = node["$map"]
-        simple = isinstance(source, str) and _expr._FIELD_PATH.match(source) is not None
+        simple = isinstance(source, str) and _expr.FIELD_PATH.match(source) is not None
         items = self.emit(source, st, out, ind, node, "$map")
         r, item, i, bound, path, value, prefix, annotate, view = (
             self.new(p) for p in ("r", "item", "i", "V", "P", "v", "pre", "ann", "D"))
@@ -481,7 +497,8 @@ class Generator:
         if simple:
             out.append(p1 + f"{prefix} = f'{{{st[2]}}}.{source}[' if {st[2]} else {source + '[' !r}")
         out.append(p1 + f"{annotate} = scope.run.annotate_paths")
-        # One variables dict for the whole list, as the closure does.
+        # One variables dict for the whole list: items are evaluated one after the
+        # other, and a nested $let or $map copies before it binds.
         out.append(p1 + f"{bound} = dict({st[1]}); {bound}['parent'] = {st[0]}")
         out.append(p1 + f"for {i}, {item} in enumerate({items}):")
         # an IR item decoded from the client's wire names its own field
@@ -592,10 +609,25 @@ class Generator:
         return r
 
     def c_fail(self, node, st, out, ind) -> str:
-        fn = self.new("f")
-        self.env[fn] = compile_fail(self.c, node)
-        out.append("    " * ind + f"{fn}({self.scope(st)})")
+        out.append("    " * ind + f"fail({self.scope(st)}, {self.const(str(node['$fail']))}, {node.get('$param')!r})")
         return "None"
+
+    def c_retired(self, node, st, out, ind) -> str:
+        # v1 $reject / $error (legacy files only): $fail with the error class each raised,
+        # and the message as written ({param} was not substituted in v1)
+        name = "$reject" if "$reject" in node else "$error"
+        cls = self.new("cls")
+        self.env[cls] = InvalidRequest if name == "$reject" else UpstreamProtocolError
+        out.append("    " * ind + f"raise {cls}({self.const(str(node[name]))}, {self.scope(st)}.param({node.get('$param')!r}))")
+        return "None"
+
+    def c_nulls(self, node, st, out, ind) -> str:
+        # v1 hook `responses.nulls` (legacy files only): {key: null} for each key, to merge under an object
+        args = node.get("$args") or {}
+        keys = self.local(self.emit(args.get("keys"), st, out, ind, args, "keys"), out, ind)
+        r = self.new("r")
+        out.append("    " * ind + f"{r} = {{k: None for k in {keys} or ()}}")
+        return r
 
     def c_ref(self, node, st, out, ind) -> str:
         pad = "    " * ind

@@ -1,4 +1,5 @@
-"""Selectors: jmespath expressions, compiled once at load.
+"""Selectors: jmespath expressions, checked at load and generated as Python by
+:mod:`engine.codegen` (the one evaluator of selectors).
 
 A selector is evaluated against the current data item. ``$name.rest`` evaluates
 ``rest`` against the variable ``name`` instead (``$root``, ``$ctx``, ``$state``,
@@ -17,8 +18,8 @@ from jmespath import functions as jp_functions
 
 from .errors import RuleError
 
-_VAR = re.compile(r"^\$([A-Za-z_]\w*)(?:\.(.+))?$", re.S)
-_FIELD_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+VAR = re.compile(r"^\$([A-Za-z_]\w*)(?:\.(.+))?$", re.S)
+FIELD_PATH = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 
 
 class _Functions(jp_functions.Functions):
@@ -34,42 +35,22 @@ class _Functions(jp_functions.Functions):
 OPTIONS = jmespath.Options(custom_functions=_Functions())
 
 
-def _field_getter(parts):
-    if len(parts) == 1:
-        key = parts[0]
-
-        def get(value):
-            return value.get(key) if isinstance(value, dict) else None
-        return get
-
-    def get_path(value):
-        for key in parts:
-            if not isinstance(value, dict):
-                return None
-            value = value.get(key)
-        return value
-    return get_path
-
-
-def _compile_selector(text: str, where: str):
-    if text == "@":
-        return lambda value: value
-    if _FIELD_PATH.match(text):
-        return _field_getter(text.split("."))
+def check(text: str, where: str) -> None:
+    """A RuleError at ``where`` unless ``text`` is a selector."""
+    match = VAR.match(text)
+    text = match.group(2) if match is not None else text
+    if text is None or text == "@" or FIELD_PATH.match(text):
+        return
     try:
-        compiled = jmespath.compile(text)
+        jmespath.compile(text)
     except jmespath.exceptions.JMESPathError as err:
         raise RuleError(f"bad jmespath expression {text!r}: {err}".replace("\n", " "), *_split(where)) from err
-    try:
-        return _closure(checked(compiled.parsed))
-    except _Unsupported:
-        return lambda value: compiled.search(value, OPTIONS)
 
 
-# --- jmespath AST -> Python closures ---------------------------------------------------
-# The jmespath interpreter walks its AST with a fresh visitor per search; rules run
-# per stream event, so the common node types are compiled into closures once, with
-# jmespath's own semantics. Anything else falls back to jmespath.
+# --- what generated selectors call -------------------------------------------------------
+# engine/codegen.py turns a selector's jmespath AST into Python statements, with
+# jmespath's semantics; these are the comparisons and functions those statements call.
+# An AST it does not generate calls jmespath's own search.
 
 
 class _Unsupported(Exception):
@@ -196,144 +177,13 @@ def checked(parsed):
     return parsed
 
 
-def _closure(node):
-    kind = node["type"]
-    children = node.get("children") or []
-    if kind == "field":
-        key = node["value"]
-        return lambda v: v.get(key) if isinstance(v, dict) else None
-    if kind in ("identity", "current"):
-        return lambda v: v
-    if kind == "literal":
-        value = node["value"]
-        return lambda v: value
-    if kind == "pipe":
-        left, right = _closure(children[0]), _closure(children[1])
-        return lambda v: right(left(v))
-    if kind == "subexpression":
-        # a.b[0].c parses as one subexpression with every step as a child
-        steps = [_closure(c) for c in children]
-
-        def chain(v):
-            for step in steps:
-                if v is None:
-                    return None
-                v = step(v)
-            return v
-        return chain
-    if kind == "index":
-        i = node["value"]
-
-        def at(seq):
-            if not isinstance(seq, list):
-                return None
-            try:
-                return seq[i]
-            except IndexError:
-                return None
-        return at
-    if kind == "flatten":  # a[]: one level of nested lists spliced
-        inner = _closure(children[0])
-
-        def flatten(v):
-            base = inner(v)
-            if not isinstance(base, list):
-                return None
-            out = []
-            for item in base:
-                if isinstance(item, list):
-                    out.extend(item)
-                else:
-                    out.append(item)
-            return out
-        return flatten
-    if kind == "index_expression":
-        # a[0][1] is one index_expression: the base, then each index in turn
-        steps = [_closure(c) for c in children]
-
-        def index_chain(v):
-            for step in steps:
-                v = step(v)
-            return v
-        return index_chain
-    if kind == "comparator":
-        op = _COMPARATORS[node["value"]]
-        left, right = _closure(children[0]), _closure(children[1])
-        return lambda v: op(left(v), right(v))
-    if kind == "and_expression":
-        left, right = _closure(children[0]), _closure(children[1])
-
-        def both(v):
-            first = left(v)
-            return first if not truthy(first) else right(v)
-        return both
-    if kind == "or_expression":
-        left, right = _closure(children[0]), _closure(children[1])
-
-        def either(v):
-            first = left(v)
-            return first if truthy(first) else right(v)
-        return either
-    if kind == "not_expression":
-        inner = _closure(children[0])
-        return lambda v: not truthy(inner(v))
-    if kind in ("projection", "filter_projection"):
-        left, right = _closure(children[0]), _closure(children[1])
-        cond = _closure(children[2]) if kind == "filter_projection" else None
-
-        def project(v):
-            items = left(v)
-            if not isinstance(items, list):
-                return None
-            out = []
-            for item in items:
-                if cond is not None and not truthy(cond(item)):
-                    continue
-                value = right(item)
-                if value is not None:
-                    out.append(value)
-            return out
-        return project
-    if kind == "multi_select_list":
-        items = [_closure(c) for c in children]
-        return lambda v: None if v is None else [item(v) for item in items]
-    if kind == "function_expression" and node["value"] in _FUNCTIONS:
-        fn = _FUNCTIONS[node["value"]]
-        args = [_closure(c) for c in children]
-        if len(args) == 1:
-            only = args[0]
-            return lambda v: fn(only(v))
-        return lambda v: fn(*(a(v) for a in args))
-    raise _Unsupported
-
-
 def _split(where: str):
     file, _, line = where.rpartition(":")
     return file or None, int(line) if line.isdigit() else None
 
 
-def compile_expr(text: str, where: str):
-    """Compile a selector into ``fn(scope) -> value``."""
-    match = _VAR.match(text)
-    if match is None:
-        if _FIELD_PATH.match(text) and "." not in text:
-            key = text
-
-            def field(scope):
-                cur = scope.cur
-                return cur.get(key) if isinstance(cur, dict) else None
-            return field
-        get = _compile_selector(text, where)
-        return lambda scope: get(scope.cur)
-    name, rest = match.groups()
-    if rest is None:
-        return lambda scope: scope.vars.get(name)
-    get = _compile_selector(rest, where)
-    return lambda scope: get(scope.vars.get(name))
-
-
 def variables_of(text: str) -> str | None:
-    match = _VAR.match(text)
+    match = VAR.match(text)
     return match.group(1) if match else None
 
 

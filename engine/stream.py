@@ -26,8 +26,9 @@ import copy
 import orjson
 
 from .errors import TranslationError, UpstreamProtocolError
-from .expr import compile_expr, truthy, variables_of
-from .template import CONSTRUCTS, Compiler, Run, Scope, template_params
+from . import registry
+from .registry import template_params
+from .template import Compiler, Run, Scope
 from .toolcalls import StreamRestorer
 
 IR_TERMINAL = "message_stop"
@@ -46,56 +47,24 @@ V1_HINT = ("stream rules v1: `do`, `set`, `emit` and `error` side by side ran in
            "steps: [{let: {b: {$hook: ...}}}, {set: {...}}, {emit: [...]}]")
 
 
-def free_variables(node, bound: frozenset, named: dict, where_node=None):
-    """Yield (variable name, node) for every ``$name`` a template reads that is not bound,
-    and check ``$ref`` arguments against the referenced template's parameters."""
-    if isinstance(node, str):
-        name = variables_of(node)
-        if name is not None and name not in bound:
-            yield name, where_node
-        return
-    if isinstance(node, list):
-        for item in node:
-            yield from free_variables(item, bound, named, node)
-        return
-    if not isinstance(node, dict):
-        return
-    ops = [k for k in node if isinstance(k, str) and k.startswith("$")]
-    primary = next((k for k in ops if k in CONSTRUCTS), None)
-    if primary in ("$lit", "$reject", "$error"):
-        return
-    if primary == "$let":
-        inner = bound | set(node["$let"] or {})
-        for value in (node["$let"] or {}).values():
-            yield from free_variables(value, bound, named, node["$let"])
-        yield from free_variables(node.get("$in"), inner, named, node)
-        return
-    if primary == "$map":
-        yield from free_variables(node["$map"], bound, named, node)
-        inner = bound | {"parent", "index"}
-        for key in ("$as", "$where"):
-            if key in node:
-                yield from free_variables(node[key], inner, named, node)
-        return
-    for key, value in node.items():
-        if key in ("$what", "$table", "$hook", "$ref", "$flat", "$param"):
-            continue
-        if key in ("$cases", "$args"):
-            for v in (value or {}).values():
-                yield from free_variables(v, bound, named, value)
-        else:
-            yield from free_variables(value, bound, named, node)
+def free_variables(node, bound: frozenset, named=None, where_node=None):
+    """:func:`engine.registry.free_variables` (``named`` is not needed)."""
+    return registry.free_variables(node, bound, where_node)
 
 
 def _check_free(compiler: Compiler, node, bound: frozenset, what: str) -> None:
-    for name, at in free_variables(node, bound, compiler.named_src, node):
+    for name, at in registry.free_variables(node, bound, node):
         raise compiler.error(at if at is not None else node,
                              f"{what} reads ${name}, which nothing binds (bind it with a `let` step, "
                              f"or declare it in the template's params and pass it in $args)")
 
 
 class Transition:
-    __slots__ = ("when", "steps", "where", "fast")
+    """One transition of a stream rule file, checked; ``run`` is its generated function,
+    ``run(event, vars, scope, out) -> bool``: False when its `when` does not hold, else
+    its steps ran (engine/codegen.py)."""
+
+    __slots__ = ("node", "steps", "where", "run")
 
     def __init__(self, node, compiler: Compiler):
         if not isinstance(node, dict):
@@ -110,11 +79,9 @@ class Transition:
         bound = GLOBALS
         if "when" in node:
             _check_free(compiler, node["when"], bound, "`when`")
-            self.when = compiler.compile(node["when"], node)
-        else:
-            self.when = None
-        self.steps = []
-        raw = []  # (action, its value) of each step, for the generated function
+            compiler.check(node["when"], node)
+        self.node, self.run = node, None
+        self.steps = []  # (action, its value) of each step, for the generated function
         steps = node.get("steps") or []
         if not isinstance(steps, list):
             raise compiler.error(node, "`steps` is a list: one action per item, run in order", "steps")
@@ -130,48 +97,26 @@ class Transition:
                                      "write each action as its own list item, in the order it must run")
             kind = actions[0]
             value = step[kind]
-            raw.append((kind, value))
+            self.steps.append((kind, value))
             if kind in ("let", "set"):
                 if not isinstance(value, dict) or not value:
                     raise compiler.error(step, f"`{kind}` takes a mapping of name -> template", kind)
                 for v in value.values():
                     _check_free(compiler, v, bound, f"`{kind}`")
-                compiled = [(str(k), compiler.compile(v, value)) for k, v in value.items()]
+                for v in value.values():
+                    compiler.check(v, value)
                 if kind == "let":
                     clash = [k for k in value if k in GLOBALS]
                     if clash:
                         raise compiler.error(value, f"`let` cannot rebind ${clash[0]}", clash[0])
                     bound = bound | set(map(str, value))
-                self.steps.append((kind, compiled))
             elif kind == "emit":
                 _check_free(compiler, value, bound, "`emit`")
-                items = value if isinstance(value, list) else [value]
-                self.steps.append(("emit", [compiler.compile(v, value) for v in items]))
+                for v in value if isinstance(value, list) else [value]:
+                    compiler.check(v, value)
             else:
                 _check_free(compiler, value, bound, "`do`")
-                self.steps.append(("do", compiler.compile(value, step)))
-        # fast(event, vars, scope, out) -> False when `when` does not hold; else the steps ran (engine/codegen.py)
-        self.fast = compiler.generator.transition(node, raw) if compiler.fast else None
-
-    def run(self, scope: Scope, out: list) -> None:
-        for kind, payload in self.steps:
-            if kind == "emit":
-                for fn in payload:
-                    value = fn(scope)
-                    if isinstance(value, list):
-                        out.extend(v for v in value if v is not None)
-                    elif value is not None:
-                        out.append(value)
-            elif kind == "let":
-                values = [(k, fn(scope)) for k, fn in payload]
-                scope = Scope(scope.cur, {**scope.vars, **dict(values)}, scope.path, scope.ctx, scope.run)
-            elif kind == "set":
-                values = [(k, fn(scope)) for k, fn in payload]
-                state = scope.vars["state"]
-                for key, value in values:
-                    state[key] = value
-            else:  # do
-                payload(scope)
+                compiler.check(value, step)
 
 
 def _method_hook(obj_name: str, method: str):
@@ -213,19 +158,21 @@ class StreamRules:
             _check_free(compiler, body, GLOBALS | set(params or ()), f"template {tname!r}")
         self.on = {str(k): [Transition(t, compiler) for t in v] for k, v in doc["on"].items()}
         self.eof = [Transition(t, compiler) for t in doc.get("eof") or []]
-        self.key = compile_expr(doc["key"], compiler.where(doc, "key")) if "key" in doc else None
+        self.key = compiler.compile(doc["key"], doc, "key") if "key" in doc else None
         self.split = self._entry(doc, "split", compiler)
         self.stamp = self._entry(doc, "stamp", compiler)
         # `split` / `stamp` as (object, method) when a state object's: a run calls it directly
         self.split_method, self.stamp_method = (self._method(doc, k) for k in ("split", "stamp"))
         # plain values (the usual state) are copied per stream without deepcopy's walk
         self.flat_state = all(v is None or isinstance(v, (str, int, float)) for v in self.initial_state.values())
-        self.fast = all(t.fast is not None for ts in (*self.on.values(), self.eof) for t in ts)
         self.named_sse = doc.get("sse", "named") == "named"
         self.overlap = doc.get("overlap", True)
         self.unknown_is_error = doc.get("unknown", "ignore") == "error"
         for name in compiler.named_src:
             compiler.ref(name)
+        # generated once the whole file is checked
+        for t in (t for ts in (*self.on.values(), self.eof) for t in ts):
+            t.run = compiler.generator.transition(t.node, t.steps)
 
     def _method(self, doc, key):
         obj, _, method = str(doc.get(key, "")).partition(".")
@@ -258,7 +205,6 @@ class StreamRun:
         self.run = Run(UpstreamProtocolError)
         # What the generated transitions take their ctx and run from (not an item).
         self.base = Scope(None, self.vars, "", ctx, self.run)
-        self.fast = rules.fast
         obj = rules.split_method
         self.split = getattr(self.objects[obj[0]], obj[1]) if obj is not None else \
             (lambda payload: rules.split(Scope(payload, self.vars, "", self.ctx, self.run))) if rules.split is not None else None
@@ -273,37 +219,22 @@ class StreamRun:
                 raise UpstreamProtocolError(f"unexpected {self.rules.protocol} stream event {key!r}")
             return []
         out: list = []
-        fast = self.fast
-        scope = None if fast else Scope(event, self.vars, "", self.ctx, self.run)
         for t in transitions:
             try:
-                if fast:
-                    if t.fast(event, self.vars, self.base, out):
-                        break
-                    continue
-                if t.when is not None and not truthy(t.when(scope)):
-                    continue
-                t.run(scope, out)
+                if t.run(event, self.vars, self.base, out):
+                    break
             except TranslationError as err:
                 if err.rule is None:
                     err.rule = t.where
                 raise
             except (TypeError, ValueError, AttributeError, KeyError, IndexError) as err:
                 raise UpstreamProtocolError(f"malformed {self.rules.protocol} stream event {key!r}", None, t.where) from err
-            break
         return out
 
     def handle_eof(self) -> list:
         out: list = []
-        if self.fast:
-            for t in self.rules.eof:
-                if t.fast({}, self.vars, self.base, out):
-                    break
-            return out
-        scope = Scope({}, self.vars, "", self.ctx, self.run)
         for t in self.rules.eof:
-            if t.when is None or truthy(t.when(scope)):
-                t.run(scope, out)
+            if t.run({}, self.vars, self.base, out):
                 break
         return out
 
