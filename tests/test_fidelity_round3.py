@@ -19,7 +19,6 @@ import anthropic
 import pytest
 from anthropic.types import RefusalStopDetails
 from google import genai
-from google.genai import errors as genai_errors
 from google.genai import types
 
 from engine.context import Context
@@ -452,6 +451,8 @@ def test_carried_state_with_a_secret_round_trips_and_a_forged_one_is_dropped(sta
                                   "opaque": {"protocol": "anthropic_messages", "provider": "anthropic", "signature": SIG}}])
     kept.parts[0] = call.model_copy(update={"thought_signature": base64.b64encode(forged.encode())})
     mock.enqueue(Turn([Text("Sunny.")]))
-    with pytest.raises(genai_errors.APIError):  # the mock, as Anthropic, refuses the turn without its thinking
-        ask_gemini(client, ANTH, [user("weather in Paris?"), kept, result(call.function_call, "sunny")], False)
+    # With no thinking block to restore, the request goes without thinking (the mock, as
+    # Anthropic, would refuse the tool-use turn otherwise).
+    ask_gemini(client, ANTH, [user("weather in Paris?"), kept, result(call.function_call, "sunny")], False)
     assert SIG not in mock.requests[-1].raw.decode()
+    assert "thinking" not in mock.requests[-1].body

@@ -10,7 +10,7 @@ stream, built with the request context); a stream file declares one under ``stat
 as ``name: {object: registered.name}`` and calls its methods as hooks ``name.method``.
 """
 from . import (
-    anthropic, anthropic_stream, caching, chat, chat_stream, common, continuation, fit, gemini, gemini_client, responses,
+    anthropic, anthropic_stream, caching, ceilings, chat, chat_stream, common, continuation, fit, gemini, gemini_client, responses,
     responses_stream,
 )
 
@@ -22,6 +22,7 @@ HOOKS = {
     **anthropic.HOOKS,
     **anthropic_stream.HOOKS,
     **caching.HOOKS,
+    **ceilings.HOOKS,
     **fit.HOOKS,
     **gemini_client.HOOKS,
     **gemini.HOOKS,

@@ -55,6 +55,68 @@ def merge_turns(scope):
     return body
 
 
+THINKING_BLOCKS = ("thinking", "redacted_thinking")
+
+
+def turn_in_progress(messages) -> list[int]:
+    """Indexes of the assistant messages of the tool-use turn a request continues:
+    those after the last user message with no tool_result (a tool loop is one
+    assistant turn), when the request ends with tool results; else none."""
+    if not messages or not _has_tool_result(messages[-1]):
+        return []
+    out: list[int] = []
+    for i in range(len(messages) - 1, -1, -1):
+        msg = messages[i]
+        if msg.get("role") == "assistant":
+            out.append(i)
+        elif not _has_tool_result(msg):
+            break
+    return out[::-1]
+
+
+def _has_tool_result(msg) -> bool:
+    return isinstance(msg, dict) and msg.get("role") == "user" and any(
+        isinstance(b, dict) and b.get("type") == "tool_result" for b in msg.get("content") or ())
+
+
+def thinking_turn(scope):
+    """Thinking against the turn in progress. With thinking on, Anthropic wants the
+    tool-use turn a request continues to start with the thinking block the model wrote
+    (400 otherwise), and one thinking mode per turn. A block restored from this
+    provider's state goes first in its message (clients may have put text or the
+    call before it); when the turn has none to restore (its reasoning came from
+    another provider or the client dropped it), this request goes without thinking."""
+    body = scope.cur
+    thinking = body.get("thinking") if isinstance(body, dict) else None
+    if not isinstance(thinking, dict) or thinking.get("type") == "disabled":
+        return body
+    turn = turn_in_progress(body.get("messages") or [])
+    if not turn:
+        return body
+    for i in turn:
+        body["messages"][i]["content"] = _thinking_first(body["messages"][i]["content"])
+    first = body["messages"][turn[0]]["content"]
+    if first and first[0].get("type") in THINKING_BLOCKS:
+        return body
+    del body["thinking"]
+    if scope.ctx is not None:
+        scope.ctx.trace("thinking off for this request: the tool-use turn in progress has no thinking block "
+                        "from this provider to restore (Anthropic requires one with thinking on)")
+    return body
+
+
+def _thinking_first(blocks: list) -> list:
+    """The first run of thinking blocks moved before what precedes it (the model
+    writes it first; interleaved thinking later in the message stays where it is)."""
+    start = next((k for k, b in enumerate(blocks) if b.get("type") in THINKING_BLOCKS), None)
+    if not start:
+        return blocks
+    end = start
+    while end < len(blocks) and blocks[end].get("type") in THINKING_BLOCKS:
+        end += 1
+    return blocks[start:end] + blocks[:start] + blocks[end:]
+
+
 def tool_allowed(scope, allowed=None, name=None):
     return allowed is None or name in allowed
 
@@ -127,6 +189,7 @@ HOOKS = {
     "anthropic.data_path": data_path,
     "anthropic.citations_to_annotations": citations_to_annotations,
     "anthropic.merge_turns": merge_turns,
+    "anthropic.thinking_turn": thinking_turn,
     "anthropic.tool_allowed": tool_allowed,
     "anthropic.pdf_data": pdf_data,
     "anthropic.thinking_budget": thinking_budget,

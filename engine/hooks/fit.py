@@ -2,8 +2,8 @@
 
 Run as ``before`` hooks of the provider encoders, on the IR:
 
-* ``fit.capabilities``: the route's model capabilities (reasoning dropped, the
-  output-token ceiling);
+* ``fit.capabilities``: the route's model capabilities (reasoning dropped; the
+  output-token ceiling is ``ceilings.output_limit``);
 * ``fit.tools``: tool declarations the provider has no form for. Namespaced tools
   are flattened into plain names, free-form (custom) tools become a function with
   one string parameter where the provider has no free-form tools, hosted tools the
@@ -20,7 +20,6 @@ import re
 
 import orjson
 
-from ..context import DEFAULT_MAX_TOKENS
 from ..errors import InvalidRequest
 
 # Providers with no free-form tool type: a custom tool goes out as a function whose one
@@ -179,9 +178,8 @@ def _fit_message(msg, wrap_custom: bool):
 
 
 def fit_capabilities(scope):
-    """The model's limits: ``reasoning: drop`` leaves effort and thinking out; an
-    output-token ceiling clamps the client's limit (and is the limit when it set none
-    and the provider needs one)."""
+    """The model's limits: ``reasoning: drop`` leaves effort and thinking out (the
+    output-token ceiling is ``ceilings.output_limit``, engine/hooks/ceilings.py)."""
     ir = scope.cur
     ctx = scope.ctx
     if not isinstance(ir, dict) or ctx is None:
@@ -189,14 +187,6 @@ def fit_capabilities(scope):
     if ctx.reasoning == "drop" and ir.get("reasoning"):
         ctx.trace("reasoning left out: the model takes none (reasoning: drop)")
         ir = {k: v for k, v in ir.items() if k != "reasoning"}
-    ceiling = ctx.max_output_tokens
-    if ceiling:
-        wanted = ir.get("max_output_tokens")
-        if isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > ceiling:
-            ctx.trace(f"max output tokens {wanted} clamped to the model's {ceiling} (max_output_tokens)")
-            ir = {**ir, "max_output_tokens": ceiling}
-        elif wanted is None and ctx.provider_protocol == "anthropic_messages":
-            ir = {**ir, "max_output_tokens": min(ceiling, ctx.max_tokens_default or DEFAULT_MAX_TOKENS)}
     return ir
 
 

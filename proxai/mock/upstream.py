@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from . import demo, render_anthropic, render_chat, render_gemini, render_responses
+from . import demo, output_ceilings, render_anthropic, render_chat, render_gemini, render_responses
 from .anthropic_thinking import ThinkingLedger
 from .replies import ANTHROPIC, CHAT, GEMINI, NATIVE, RESPONSES, Error, Hang, Json, Stream, encode_event, native_error_body
 from .turn import Turn
@@ -177,6 +177,9 @@ class MockUpstream:
         gemini = in_path(path, record.body) if in_path is not None else None
         if gemini is not None and request.method == "POST":
             method, shaped = gemini
+            refused = output_ceilings.refusal(protocol, shaped) if method != "countTokens" else None
+            if refused:
+                return _refuse(protocol, *refused)
             if method == "countTokens":
                 reply = self._queue.popleft() if self._queue else Json({"totalTokens": max(1, len(raw) // 4)})
             elif self._queue:
@@ -201,9 +204,12 @@ class MockUpstream:
         if request.method != "POST":
             return _json(405, native_error_body(protocol, 405, f"method {request.method} not allowed"))
         enforcer = self.enforcers.get(protocol)
-        refused = enforcer.check(record.body or {}) if enforcer is not None else None
+        refused = enforcer.check(record.body or {}, record.headers) if enforcer is not None else None
         if refused:
             return _json(400, native_error_body(protocol, 400, refused))
+        refused_limit = output_ceilings.refusal(protocol, record.body or {})
+        if refused_limit:
+            return _refuse(protocol, *refused_limit)
         if self._queue:
             reply = self._queue.popleft()
         elif self.responder is not None:
@@ -317,6 +323,15 @@ class MockUpstream:
             if self._closing or transport is None or transport.is_closing():
                 return False
             await asyncio.sleep(min(left, 0.02))
+
+
+def _refuse(protocol: str, message: str, param: str | None, code: str | None) -> web.Response:
+    """A 400 in the protocol's shape, naming the field where the protocol's errors do."""
+    body = native_error_body(protocol, 400, message)
+    for key, value in (("param", param), ("code", code)):
+        if value is not None:
+            body["error"][key] = value
+    return _json(400, body)
 
 
 def _json(status: int, body, headers: dict | None = None) -> web.Response:
