@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import jmespath
 
-from .errors import RuleError
+from .errors import RuleError, suggestion
 from .protocol import shared_templates
 from .template import Compiler
 from .yamlsrc import Located
@@ -26,6 +26,8 @@ class CheckContext:
     ir_events: dict       # IR event type -> set of fields
     legacy: object = False
     protocols: dict = field(default_factory=dict)   # protocol -> layered protocol.yaml document
+    builtin_tables: dict | None = None   # name -> the built-in file's table doc (None: every table is built in)
+    table_refs: set = field(default_factory=set)    # every table name a `$table` of the layered rules names
 
 
 def ir_event_fields(schemas) -> dict:
@@ -88,29 +90,67 @@ def _root_fields(ast) -> set:
     return set()
 
 
+def table_refs(docs) -> set:
+    """Every table name a ``$table`` names in these documents."""
+    out, todo = set(), list(docs)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("$table"), str):
+                out.add(node["$table"])
+            todo.extend(node.values())
+        elif isinstance(node, list):
+            todo.extend(node)
+    return out
+
+
+#: how near a new table's name must be to a built-in one to be taken for a misspelling of it
+_MISSPELT = 0.85
+
+
 def check_tables(ctx: CheckContext, doc):
     for table in doc.get("tables") or []:
-        source, target = table.get("from"), table.get("to")
+        name = table["name"]
+        builtin = ctx.builtin_tables
+        if builtin is not None and name not in builtin and name not in ctx.table_refs:
+            hint = suggestion(name, builtin, _MISSPELT)
+            if hint:
+                # Its other problems (not total over its enum) would only mislead.
+                yield _line(table, "name"), f"no built-in table named {name}; {hint}"
+                continue
+        # What the file does not say comes from the built-in table (to, default, the rest of the map).
+        merged = ctx.tables.get(name, table)
+        source, target = merged.get("from"), merged.get("to")
+        base = (builtin or {}).get(name)
+        if base is not None and base is not table and "to" in table and base.get("to") not in (None, table["to"]):
+            yield _line(table, "to"), f"table {name}: the built-in table's values are {base['to']}, an override cannot change `to`"
         keys = {str(k) for k in table["map"]}
-        if "default" not in table:
+        if "default" not in merged:
             if source not in ctx.enums:
-                yield _line(table, "from"), f"table {table['name']}: unknown enum {source!r} (add it to enums or give a default)"
+                yield _line(table, "from"), f"table {name}: unknown enum {source!r} (add it to enums or give a default)"
             else:
-                merged = ctx.tables.get(table["name"], table)
                 missing = [str(v) for v in ctx.enums[source] if str(v) not in {str(k) for k in merged["map"]}]
                 if missing:
-                    yield _line(table, "map"), f"table {table['name']} is not total over {source}: missing {', '.join(missing)}"
+                    yield _line(table, "map"), f"table {name} is not total over {source}: missing {', '.join(missing)}"
         if source in ctx.enums:
             for key in sorted(keys - {str(v) for v in ctx.enums[source]}):
-                yield _line(table["map"], key), f"table {table['name']}: {key!r} is not a value of {source}"
+                yield _line(table["map"], key), f"table {name}: {key!r} is not a value of {source}"
         if target:
             if target not in ctx.enums:
-                yield _line(table, "to"), f"table {table['name']}: unknown enum {target!r}"
-            else:
-                allowed = {str(v) for v in ctx.enums[target]}
-                for key, value in table["map"].items():
-                    if str(value) not in allowed:
-                        yield _line(table["map"], key), f"table {table['name']}: {value!r} is not a value of {target}"
+                yield _line(table, "to"), f"table {name}: unknown enum {target!r}"
+                continue
+            allowed = [str(v) for v in ctx.enums[target]]
+            sentinels = [str(v) for v in merged.get("sentinels") or ()]
+            values = [(table["map"], key, value) for key, value in table["map"].items()]
+            if "default" in table:
+                values.append((table, "default", table["default"]))
+            for parent, key, value in values:
+                # null: the field is left out
+                if value is not None and str(value) not in allowed and str(value) not in sentinels:
+                    hint = suggestion(value, allowed)
+                    yield _line(parent, key), (f"table {name}: {value} is not a {target}: one of {', '.join(allowed)}"
+                                               + (f" (or {', '.join(sentinels)})" if sentinels else "")
+                                               + (f"; {hint}" if hint else ""))
 
 
 def check_events(ctx: CheckContext, doc):

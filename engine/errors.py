@@ -38,6 +38,7 @@ escapes a request is a bug: the server answers InternalError and logs its type.
 """
 from __future__ import annotations
 
+import difflib
 from typing import Mapping
 
 
@@ -50,8 +51,15 @@ class RuleError(ProxaiError):
 
     def __init__(self, problem: str, file: str | None = None, line: int | None = None):
         self.problem, self.file, self.line = problem, file, line
-        where = f"{file}:{line or 0}: " if file else ""
+        where = (f"{file}:{line}: " if line else f"{file}: ") if file else ""
         super().__init__(where + problem)
+
+
+def suggestion(name, choices, cutoff: float = 0.6) -> str | None:
+    """The hint "did you mean X?" for the choice nearest to a misspelt ``name``, if one is
+    near (``cutoff``: difflib's similarity ratio, 0 to 1)."""
+    close = difflib.get_close_matches(str(name), sorted(map(str, choices)), n=1, cutoff=cutoff)
+    return f"did you mean {close[0]}?" if close else None
 
 
 class Problem(tuple):

@@ -3,7 +3,9 @@
 The linter is the loader (:func:`engine.ruleset.load_rules`): schema validation,
 the cross-file checks of :mod:`engine.checks` and the compiler, over the built-in
 rules with ``DIR`` layered on top (as ``rules_dir``). Each problem is printed as
-``file:line: problem``; the server refuses to start on the first of them.
+``file:line: problem``, every problem of every file (a file that fails to compile is
+compiled again part by part, :mod:`engine.diagnose`); the server refuses to start on
+the first of them.
 
 ``--migrate DIR ...`` rewrites the v1 idioms of those files in place (see
 :mod:`engine.migrate`); ``--write-schema`` regenerates
@@ -23,7 +25,7 @@ def lint_dirs(dirs: list[Path]) -> list[str]:
     for directory in dirs:
         directory = Path(directory)
         if not directory.is_dir():
-            messages.append(f"{directory}:0: not a directory")
+            messages.append(f"{directory}: not a directory")
             continue
         _, problems = load_rules(directory)
         messages.extend(str(p) for p in problems)

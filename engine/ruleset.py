@@ -12,8 +12,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from . import yamlsrc
-from .errors import RuleError
+from . import diagnose, yamlsrc
+from .errors import RuleError, suggestion
 from .protocol import Descriptor, compile_descriptor, shared_templates
 from .tables import Table
 from .template import _MISS
@@ -72,7 +72,7 @@ def _node_line(doc, path) -> int:
         except (KeyError, IndexError, TypeError):
             break
         line = getattr(node, "line", line)
-    return line or 0
+    return line or None
 
 
 def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
@@ -95,8 +95,18 @@ def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
             problems.append(worded)
             continue
         where = "/".join(map(str, err.absolute_path)) or "(top)"
-        problems.append(RuleError(f"{where}: {err.message}", name, _node_line(doc, err.absolute_path)))
+        problems.append(RuleError(f"{where}: {_schema_message(err)}", name, _node_line(doc, err.absolute_path)))
     return SourceFile(name, doc, duplicates), _unique(problems)
+
+
+def _schema_message(err) -> str:
+    """jsonschema's message, with a "did you mean" for a misspelt enum value (a kind,
+    a protocol, an option)."""
+    if err.validator == "enum" and isinstance(err.instance, str):
+        hint = suggestion(err.instance, err.validator_value)
+        if hint:
+            return f"{err.message}; {hint}"
+    return err.message
 
 
 _verdicts: dict = {}
@@ -277,9 +287,12 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
     legacy = {src.path for directory, src in sources
               if directory == dirs[0] and src.doc.get("kind") in V1_TOLERATED_KINDS}
     tables = build_tables(layered)
+    builtin = [src.doc for directory, src in sources if directory == dirs[0]]
     ctx = checks.CheckContext(HOOKS, {n: d for n, (d, _) in layered.tables.items()}, tables,
                               {n: v for n, (v, _, _) in layered.enums.items()}, checks.ir_event_fields(SCHEMAS), legacy,
-                              {n: d for n, (d, _) in layered.protocols.items()})
+                              {n: d for n, (d, _) in layered.protocols.items()},
+                              builtin_tables={t["name"]: t for doc in builtin for t in doc.get("tables") or []},
+                              table_refs=checks.table_refs([d for d, _ in (*layered.codecs.values(), *layered.protocols.values())]))
     for _, src in sources:
         for check in checks.CHECKS:
             try:
@@ -293,7 +306,17 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
         except RuleError as err:
             problems.append(err)
             protocols[name] = Descriptor(name, doc, file)
+    builtin_codecs = {(doc["kind"], doc.get("protocol")) for doc in builtin}
     for (kind, protocol), (doc, file) in layered.codecs.items():
+        if protocol not in layered.protocols:
+            hint = suggestion(protocol, layered.protocols)
+            problems.append(RuleError(f"unknown protocol {protocol!r} (no rules folder has its protocol.yaml)"
+                                      + (f"; {hint}" if hint else ""), file, doc.key_lines.get("protocol", doc.line)))
+            continue
+        missing = _missing_key(kind, protocol, doc, file, (kind, protocol) in builtin_codecs)
+        if missing is not None:
+            problems.append(missing)
+            continue
         # A codec file's templates, and its protocol's shared ones as `protocol.<name>`.
         named = shared_templates(layered.protocols.get(protocol, (None,))[0], file, doc.get("templates") or {})
         compiler = Compiler(file, HOOKS, tables, named, legacy=legacy, found=found, observe=observe)
@@ -303,9 +326,25 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
             else:
                 codecs[(kind, protocol)] = Codec(doc, compiler)
         except RuleError as err:
-            problems.append(err)
+            # The compiler stops at the first problem; the file's others, part by part.
+            def checking(named, file=file):
+                return Compiler(file, HOOKS, tables, named, legacy=legacy, observe=lambda *_: None)
+
+            problems.extend(sorted(_unique([err, *diagnose.problems_of(kind, doc, named, checking)]),
+                                   key=lambda p: (p.file or "", p.line or 0)))
     enums = {name: values for name, (values, _, _) in layered.enums.items()}
     return Rules(codecs, streams, tables, enums, protocols), _unique(problems)
+
+
+def _missing_key(kind, protocol, doc, file, has_builtin) -> RuleError | None:
+    """An override names only the keys it changes; the layered result must still have
+    what every codec needs (`output`, a stream's `on`)."""
+    key = "on" if kind.startswith("stream.") else "output"
+    if key in doc:
+        return None
+    if has_builtin:
+        return RuleError(f"`{key}` is required", file, doc.line)
+    return RuleError(f"`{key}` is required: no built-in {kind} file for {protocol} provides it", file, doc.line)
 
 
 def _unique(problems: list) -> list:

@@ -60,6 +60,8 @@ def run(args: argparse.Namespace, out=None) -> int:
         print(f"error: {args.file} is not valid JSON: {err}", file=sys.stderr)
         return 2
     except engine.TranslationError as err:
+        if isinstance(err, StreamFailure):
+            out.write(err.output)  # the stream as the client would see it, ending in its error
         where = f" (at {err.param})" if err.param else ""
         rule = f" [rule {err.rule}]" if err.rule else ""
         print(f"error: {err.message}{where}{rule}", file=sys.stderr)
@@ -69,12 +71,22 @@ def run(args: argparse.Namespace, out=None) -> int:
     return 0
 
 
+class StreamFailure(engine.TranslationError):
+    """A recorded stream the rules could not translate: ``output`` is what a client would
+    have received (up to the error event), ``rule`` the rule file:line that failed."""
+
+    def __init__(self, message: str, rule: str | None, output: str):
+        super().__init__(message, None, rule)
+        self.output = output
+
+
 def translate(eng: engine.Engine, kind: str, source: str, target: str, raw: bytes,
               client_body: dict | None = None, provider_name: str = "provider",
               prompt_caching: str = "auto", thinking_mode: str = "adaptive", model: str | None = None) -> tuple[str, list[str]]:
     """One payload through the rules: `kind` is request, response or stream; `source` the
     protocol it is written in. Returns the output text and the engine's trace lines.
-    Raises ValueError / UnicodeDecodeError (not JSON) or engine.TranslationError."""
+    Raises ValueError / UnicodeDecodeError (not JSON) or engine.TranslationError (for a
+    stream, a StreamFailure)."""
     request_side = kind == "request"
     client, provider = (source, target) if request_side else (target, source)
     ctx = engine.Context(client_protocol=client, provider_protocol=provider, provider_name=provider_name,
@@ -86,7 +98,11 @@ def translate(eng: engine.Engine, kind: str, source: str, target: str, raw: byte
         parser = SSEParser()
         chunks = [chunk for event in parser.feed(raw) for chunk in translator.feed(event)]
         chunks.extend(translator.eof())
-        return b"".join(chunks).decode(), ctx.traces
+        output = b"".join(chunks).decode()
+        if translator.translation_failed:
+            raise StreamFailure((translator.error or {}).get("message") or "the stream could not be translated",
+                                translator.error_rule, output)
+        return output, ctx.traces
     body = json.loads(raw)
     if request_side and model_in_path(eng.wire, source) and isinstance(body, dict):
         # The server takes these from the URL (models/{model}:streamGenerateContent).

@@ -3,11 +3,14 @@ import typing
 
 import pytest
 import yaml
-from anthropic.types import OutputConfigParam, StopReason
+from anthropic.types import MessageParam, OutputConfigParam, RefusalStopDetails, StopReason
 from anthropic.types.shared.error_type import ErrorType
-from openai.types.chat.chat_completion import Choice
+from openai.types.chat.chat_completion import ChatCompletion, Choice
 from openai.types.responses.response import IncompleteDetails
+from openai.types.responses.response_error import ResponseError
 from openai.types.responses.response_status import ResponseStatus
+from openai.types.responses.service_tier import ServiceTier
+from openai.types.shared.reasoning import Reasoning
 from openai.types.shared.reasoning_effort import ReasoningEffort
 
 from engine.ruleset import BUILTIN_RULES
@@ -31,6 +34,13 @@ def literal_values(tp) -> set:
     ("anthropic_messages.effort", typing.get_type_hints(OutputConfigParam)["effort"], set()),
     # decisions.md #10: 413 uses request_too_large, which the SDK enum lacks.
     ("anthropic_messages.error_type", ErrorType, {"request_too_large"}),
+    ("anthropic_messages.role", typing.Union[tuple(typing.get_type_hints(m)["role"] for m in typing.get_args(MessageParam))], set()),
+    ("anthropic_messages.refusal_category", RefusalStopDetails.model_fields["category"].annotation, set()),
+    ("openai.reasoning_summary", Reasoning.model_fields["summary"].annotation, set()),
+    ("openai_chat_completions.service_tier", ChatCompletion.model_fields["service_tier"].annotation, set()),
+    ("openai_responses.service_tier", ServiceTier, set()),
+    # What the API sends in a stream's error event when the quota is spent (rules/tables/openai_responses.yaml).
+    ("openai_responses.error_code", ResponseError.model_fields["code"].annotation, {"insufficient_quota"}),
 ])
 def test_enum_matches_sdk(name, sdk_type, extra):
     assert set(ENUMS[name]) == literal_values(sdk_type) | extra

@@ -75,3 +75,35 @@ def test_override_of_the_error_table_applies_to_http_and_in_stream_errors(harnes
             for _ in s:
                 pass
     assert err.value.body["error"]["type"] == "timeout_error"
+
+
+TOOL_TEMPLATE_ONLY = """\
+# One template of the Anthropic request encoder; its output and other templates stay built in.
+kind: request.encode
+protocol: anthropic_messages
+templates:
+  tool:
+    name: name
+    description: "join('', ['[checked] ', description || ''])"
+    input_schema: parameters
+"""
+
+
+def test_a_templates_only_override_changes_what_the_provider_receives(harness, start_proxy, mock, tmp_path):
+    (tmp_path / "tool.yaml").write_text(TOOL_TEMPLATE_ONLY)
+    config = harness.default_config()
+    config["rules_dir"] = str(tmp_path)
+    client = start_proxy(config).openai()
+    mock.enqueue(Turn([Text("ok")]))
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+    try:
+        done = client.chat.completions.create(model="anthropic/claude-x", messages=[{"role": "user", "content": "hi"}],
+                                              tools=[tool])
+    finally:
+        client.close()
+    assert done.choices[0].message.content == "ok"
+    sent = mock.requests[-1].body
+    assert sent["tools"] == [{"name": "get_weather", "description": "[checked] Weather",
+                              "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    assert sent["model"] == "claude-x" and sent["messages"] == [{"role": "user", "content": [{"type": "text", "text": "hi"}]}]

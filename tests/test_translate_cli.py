@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,21 @@ def test_truncated_stream_ends_with_the_clients_error(capsys, tmp_path):
     assert code == 0
     last = json.loads(events(out)[-1][1])
     assert "error" in last and "[DONE]" not in out
+
+
+def test_a_stream_the_rules_refuse_names_the_rule(capsys, tmp_path):
+    rules = tmp_path / "rules"
+    rules.mkdir()
+    # A partial stream override: one event's transitions; the rest of the file stays built in.
+    (rules / "deltas.yaml").write_text("kind: stream.decode\nprotocol: anthropic_messages\non:\n"
+                                       "  content_block_delta:\n    - steps:\n        - do: {$fail: no deltas today}\n")
+    recorded = sse(ANTHROPIC, Turn([Text("Hello there")]), {})
+    code, out, err = translate(capsys, tmp_path, "--stream", "--rules-dir", str(rules), "--from", ANTHROPIC, "--to", CHAT,
+                               data=recorded)
+    assert code == 1
+    assert err.strip().endswith("error: no deltas today [rule " + str(Path(os.path.relpath(rules / "deltas.yaml"))) + ":6]")
+    last = json.loads(events(out)[-1][1])   # the client's stream up to its error event is still shown
+    assert last["error"]["message"] == "no deltas today"
 
 
 def test_unrepresentable_request_and_bad_json(capsys, tmp_path):
