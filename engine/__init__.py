@@ -40,7 +40,8 @@ def _fingerprint(dirs: list[Path], hooks: dict) -> bytes | None:
     for directory in dirs:
         if not directory.is_dir():
             return None
-        for path in rule_files(directory):
+        # a protocol folder's hooks module is part of its rules
+        for path in [*rule_files(directory), *sorted(directory.glob("*/*.py"))]:
             digest.update(str(path).encode() + b"\0")
             try:
                 digest.update(path.read_bytes())
@@ -149,7 +150,10 @@ class Engine:
     def translate_response(self, ctx: Context, body: dict) -> dict:
         if not isinstance(body, dict):
             raise UpstreamProtocolError("upstream response body is not a JSON object")
-        ir = self.decode_response(ctx, body)
+        return self.encode_answer(ctx, self.decode_response(ctx, body))
+
+    def encode_answer(self, ctx: Context, ir: dict) -> dict:
+        """An IR response as the client's answer: the client's model name and tool names."""
         if ctx.response_model is not None:
             ir["model"] = ctx.response_model
         if ctx.tool_calls:

@@ -280,6 +280,7 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
     from .registry import HOOKS
     from .stream import StreamRules
     from .template import Compiler
+    from .wire import protocol_hooks
 
     dirs = rule_dirs(override_dir, builtin_dir)
     sources: list = []
@@ -287,6 +288,9 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
     legacy = {src.path for directory, src in sources
               if directory == dirs[0] and src.doc.get("kind") in V1_TOLERATED_KINDS}
     tables = build_tables(layered)
+    own_hooks, hook_problems = protocol_hooks(layered.protocols)  # a protocol folder's own hooks module
+    HOOKS = {**HOOKS, **own_hooks}
+    problems.extend(hook_problems)
     builtin = [src.doc for directory, src in sources if directory == dirs[0]]
     ctx = checks.CheckContext(HOOKS, {n: d for n, (d, _) in layered.tables.items()}, tables,
                               {n: v for n, (v, _, _) in layered.enums.items()}, checks.ir_event_fields(SCHEMAS), legacy,

@@ -232,3 +232,36 @@ def load(override_dir=None, builtin_dir=None) -> tuple[Wire, list[RuleError]]:
     wire = Wire({n: Descriptor(n, doc, f) for n, (doc, f) in layered.protocols.items()})
     _LOADED[key] = (wire, problems)
     return wire, problems
+
+
+def protocol_hooks(protocols: Mapping[str, tuple]) -> tuple[dict, list[RuleError]]:
+    """The hooks of the protocols whose descriptor names a module of its own (`hooks:
+    hooks.py`, beside the protocol.yaml): its literal ``HOOKS`` table, every name
+    ``<protocol>.<name>``. A protocol added by a rules_dir brings its Python this way."""
+    import importlib.util
+
+    hooks, problems = {}, []
+    for name, (doc, file) in protocols.items():
+        module_file = doc.get("hooks")
+        if not module_file:
+            continue
+        path = Path(file).parent / module_file
+        line = getattr(doc, "key_lines", {}).get("hooks")
+        try:
+            spec = importlib.util.spec_from_file_location(f"proxai_protocol_hooks.{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except (OSError, ImportError, SyntaxError) as err:
+            problems.append(RuleError(f"hooks module {module_file}: cannot load: {err}", file, line))
+            continue
+        table = getattr(module, "HOOKS", None)
+        if not isinstance(table, dict):
+            problems.append(RuleError(f"hooks module {module_file} has no HOOKS table", file, line))
+            continue
+        for key, fn in table.items():
+            if not str(key).startswith(name + "."):
+                problems.append(RuleError(f"hooks module {module_file}: hook {key!r} must be named {name}.<name>",
+                                          file, line))
+            else:
+                hooks[key] = fn
+    return hooks, problems

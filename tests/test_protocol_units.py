@@ -109,3 +109,40 @@ def test_the_protocols_are_the_rules_folders():
     from proxai import protocols
 
     assert sorted(protocols.names()) == protocol_ids()
+
+
+def test_a_config_names_only_protocols_of_the_rules():
+    import pytest
+
+    from proxai.config import ConfigError, load_dict
+
+    doc = {"providers": {"p": {"protocol": "anthropic_message", "base_url": "http://x", "api_key": "k"}}}
+    with pytest.raises(ConfigError) as err:
+        load_dict(doc, {})
+    (problem,) = [p for p in err.value.problems if p[0] == "providers.p.protocol"]
+    assert "must be one of: openai_chat_completions, openai_responses, anthropic_messages" in problem[1]
+    assert "anthropic_messages" in (getattr(problem, "hint", None) or "")
+    # A rules_dir that adds a protocol folder makes it a protocol a provider may speak.
+    toy = {"providers": {"p": {"protocol": "toy_chat", "base_url": "http://x", "api_key": "k"}},
+           "routing": {"default_providers": {"toy_chat": "p"}}}
+    with pytest.raises(ConfigError):
+        load_dict(dict(toy), {})
+    cfg = load_dict({**toy, "rules_dir": str(ROOT / "tests" / "fixtures" / "protocols")}, {})
+    assert cfg.providers["p"].protocol == "toy_chat"
+
+
+def test_provider_options_are_valid_where_the_descriptors_say():
+    from proxai.config import ConfigError, load_dict
+
+    def problems(protocol, **option):
+        try:
+            load_dict({"providers": {"p": {"protocol": protocol, "base_url": "http://x", "api_key": "k", **option}}}, {})
+        except ConfigError as err:
+            return [p[1] for p in err.problems]
+        return []
+
+    assert problems("gemini_generate_content", thinking_mode="budget") == []
+    assert problems("openai_responses", thinking_mode="budget") == [
+        "only valid for anthropic_messages or gemini_generate_content providers"]
+    assert problems("anthropic_messages", max_tokens_field="max_tokens") == ["only valid for openai_chat_completions providers"]
+    assert problems("openai_chat_completions", auth="bearer") == ["only valid for anthropic_messages providers"]
