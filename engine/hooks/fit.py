@@ -21,6 +21,7 @@ import re
 import orjson
 
 from ..errors import InvalidRequest
+from . import tool_search
 
 # Providers with no free-form tool type: a custom tool goes out as a function whose one
 # string parameter carries the free-form input. Chat servers other than OpenAI's have
@@ -67,11 +68,13 @@ def custom_description(description, fmt) -> str:
     return "\n\n".join(lines)
 
 
-def fit_tools(scope):
+def fit_tools(scope, tables=None):
     ir = scope.cur
     ctx = scope.ctx
     if not isinstance(ir, dict) or ctx is None:
         return ir
+    # Deferred tools and tool search first: what is left is fitted below.
+    ir = tool_search.fit(ir, ctx, tables)
     provider = ctx.provider_protocol
     wrap_custom = provider in FUNCTION_FOR_CUSTOM
     tools = ir.get("tools")
@@ -114,11 +117,12 @@ def fit_tools(scope):
             out.append(tool)
         # A deferred tool is loaded by a tool search the provider runs; every tool search
         # of another protocol is hosted and left out above, so nothing could load it: it
-        # is sent normally (clients declare the deferred tools they have loaded).
+        # is sent normally (tool_search: eager), or only once a search loaded it (emulate,
+        # engine/hooks/tool_search.py).
         for i, tool in enumerate(out):
             if isinstance(tool, dict) and tool.get("defer_loading"):
                 out[i] = {k: v for k, v in tool.items() if k != "defer_loading"}
-                if not any("deferred tools sent normally" in t for t in ctx.traces):
+                if ctx.tool_search != "emulate" and not any("deferred tools sent normally" in t for t in ctx.traces):
                     ctx.trace("deferred tools sent normally: no tool search the provider can run (defer_loading)")
         out = _declared_once(ctx, out)
         ir = {**ir, "tools": out} if out else {k: v for k, v in ir.items() if k != "tools"}
@@ -189,6 +193,8 @@ def fit_capabilities(scope):
         ir = {k: v for k, v in ir.items() if k != "reasoning"}
     return ir
 
+
+fit_tools.reads_tables = True  # type: ignore[attr-defined]  # rules/tables/tool_search.yaml
 
 HOOKS = {
     "fit.tools": fit_tools,
