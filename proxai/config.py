@@ -132,10 +132,13 @@ class ProviderConfig:
     prompt_caching: str = "auto"
     # What the provider's models can take (a route may override each).
     hosted_tools: str = "drop"
-    # Deferred tools (defer_loading) and tool search the provider cannot run: emulate | eager | reject.
-    tool_search: str = "emulate"
     reasoning: str = "forward"
     max_output_tokens: int | None = None
+    # Anthropic providers: a system message after the first turn sent in place (native) or
+    # folded into the top-level system (fold); None: by the model's name (a route may override).
+    mid_conversation_system: str | None = None
+    # Anthropic providers: which anthropic-beta values of the client go on ({allow: [...], deny: [...]}).
+    betas: dict | None = None
     # A key pool (docs/routing.md "Resilient routing"): api_keys in place of api_key; api_key is then the first.
     api_keys: tuple[str, ...] = ()
     key_weights: tuple[float, ...] = ()  # one per api_keys entry (weighted strategy)
@@ -155,9 +158,9 @@ class RouteConfig:
     request_protocol: str | None = None
     # Model capability overrides of the provider's settings (None: the provider's).
     hosted_tools: str | None = None
-    tool_search: str | None = None
     reasoning: str | None = None
     max_output_tokens: int | None = None
+    mid_conversation_system: str | None = None
     fallbacks: tuple["Fallback", ...] = ()  # tried in order after `provider`
     # Several deployments balanced by `strategy` (docs/routing.md "Resilient routing"); `provider` is then
     # the first of them. Empty: the route has the one `provider`.
@@ -521,9 +524,9 @@ def _build(doc: dict[str, Any]) -> Config:
             upstream_model=r.get("upstream_model"),
             request_protocol=r.get("request_protocol"),
             hosted_tools=r.get("hosted_tools"),
-            tool_search=r.get("tool_search"),
             reasoning=r.get("reasoning"),
             max_output_tokens=r.get("max_output_tokens"),
+            mid_conversation_system=r.get("mid_conversation_system"),
             response_model=r.get("response_model", "client"),
             fallbacks=tuple(
                 Fallback(f) if isinstance(f, str) else Fallback(f["provider"], f.get("upstream_model"))

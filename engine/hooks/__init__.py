@@ -13,6 +13,7 @@ from . import (
     anthropic, anthropic_stream, caching, ceilings, chat, chat_stream, common, continuation, fit, gemini, gemini_client, responses,
     responses_stream,
 )
+from . import instructions
 
 HOOKS = {
     **common.HOOKS,
@@ -26,6 +27,7 @@ HOOKS = {
     **fit.HOOKS,
     **gemini_client.HOOKS,
     **gemini.HOOKS,
+    **instructions.HOOKS,
 }
 
 OBJECTS = {
