@@ -18,7 +18,7 @@ from aiohttp import web
 import engine
 
 from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing
-from proxai import response_model, web_search
+from proxai import response_model, server_tools, web_search
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -447,7 +447,8 @@ class Proxy:
         info["_traces"] = ctx.traces
         try:
             with self.tracing.span("translate request", info):
-                out_body = self.engine.translate_request(ctx, body)
+                ir = self.engine.decode_request(ctx, body)
+                out_body = self.engine.encode_request(ctx, ir)
         except E.TranslationError as exc:
             info["translation_error"] = "request"
             info["rule"] = exc.rule
@@ -459,6 +460,8 @@ class Proxy:
             info["cache_breakpoints"] = len(ctx.cache_breakpoints)
         if ctx.dropped_tools:
             info["_headers"] = {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(ctx.dropped_tools))}
+        if server_tools.active(ctx):  # the proxy answers a tool the provider's model may call (tool search)
+            return await server_tools.serve(self, request, match, ctx, ir, stream, info, turn)
         target = self.engine.wire.target(provider.protocol, "generate", match.upstream_model, stream)
         upstream = await self._send(request, provider, dump_json(out_body), stream, info, target)
         try:
@@ -560,7 +563,7 @@ def model_capabilities(match: RouteMatch) -> dict[str, Any]:
     by the route's own when it sets one."""
     provider, route = match.provider, match.config
     out = {}
-    for key in ("hosted_tools", "reasoning", "max_output_tokens", "mid_conversation_system"):
+    for key in ("hosted_tools", "tool_search", "reasoning", "max_output_tokens", "mid_conversation_system"):
         value = getattr(route, key, None) if route is not None else None
         out[key] = value if value is not None else getattr(provider, key)
     return out

@@ -132,6 +132,8 @@ class ProviderConfig:
     prompt_caching: str = "auto"
     # What the provider's models can take (a route may override each).
     hosted_tools: str = "drop"
+    # Deferred tools (defer_loading) and tool search the provider cannot run: emulate | eager | reject.
+    tool_search: str = "emulate"
     reasoning: str = "forward"
     max_output_tokens: int | None = None
     # Anthropic providers: a system message after the first turn sent in place (native) or
@@ -158,6 +160,7 @@ class RouteConfig:
     request_protocol: str | None = None
     # Model capability overrides of the provider's settings (None: the provider's).
     hosted_tools: str | None = None
+    tool_search: str | None = None
     reasoning: str | None = None
     max_output_tokens: int | None = None
     mid_conversation_system: str | None = None
@@ -524,6 +527,7 @@ def _build(doc: dict[str, Any]) -> Config:
             upstream_model=r.get("upstream_model"),
             request_protocol=r.get("request_protocol"),
             hosted_tools=r.get("hosted_tools"),
+            tool_search=r.get("tool_search"),
             reasoning=r.get("reasoning"),
             max_output_tokens=r.get("max_output_tokens"),
             mid_conversation_system=r.get("mid_conversation_system"),
