@@ -27,8 +27,6 @@ from .registry import CONSTRUCTS, template_params  # noqa: F401 - re-exported fo
 from .scope import MISS as _MISS, NULL, Fn, Run, Scope  # noqa: F401 - re-exported
 from .yamlsrc import Located, LocatedList
 
-OPTIONS = {n: tuple(c.options) for n, c in CONSTRUCTS.items()}
-
 
 class Compiler:
     """Checks and compiles the templates of one rule file; knows its hooks, tables and

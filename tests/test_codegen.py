@@ -77,6 +77,19 @@ def test_a_failure_on_the_response_path_is_an_upstream_error():
     assert got == ("error", "UpstreamProtocolError", "no such thing", None, "t.yaml:1")
 
 
+def test_v1_idioms_of_a_tolerated_file_run_as_they_did():
+    # what the migration reads and a file of engine.ruleset.V1_TOLERATED_KINDS still runs
+    src = ("a: \"'text'\"\nb: \"`3`\"\nc: {$hook: responses.nulls, $args: {keys: ks}}\n"
+           "d: {$switch: x, $cases: {None: !lit none}}\n"
+           "e: {$if: bad, $then: {$reject: \"{param} refused\", $param: bad}}\n")
+    found: list = []
+    fn = Compiler("t.yaml", HOOKS, _TABLES, legacy=True, found=found).compile(load(src, "t.yaml")[0])
+    assert sorted(i.old for i in found) == ["$reject", "'text'", "None", "`3`", "responses.nulls"]
+    assert _run(fn, {"ks": ["k"]}) == ("ok", {"a": "text", "b": 3, "c": {"k": None}, "d": "none"})
+    assert _run(fn, {"bad": 1}, engine.UpstreamProtocolError) == (
+        "error", "InvalidRequest", "{param} refused", "bad", "t.yaml:5")
+
+
 def test_generated_code_is_named_after_its_rule():
     eng = engine.Engine.load()
     fn = eng.codecs[("request.decode", "openai_chat_completions")].first_reject
