@@ -28,6 +28,8 @@ import orjson
 from ..errors import InvalidRequest
 
 CLIENT_TABLE = "tool_search.client_tool->search"
+PROTOCOL_TABLE = "tool_search.client_protocol->emulated"
+NATIVE_TABLE = "tool_search.provider_protocol->native"
 TOOL_TABLE = "tool_search.search->tool"
 SETTINGS = "tool_search.setting->value"
 _WORD = re.compile(r"[A-Za-z][a-z]*|[A-Z]+(?![a-z])|\d+")
@@ -44,6 +46,8 @@ def _lookup(tables, name, key):
 
 
 def fit(ir: dict, ctx, tables) -> dict:
+    if _lookup(tables, NATIVE_TABLE, ctx.provider_protocol) is True:
+        return ir
     tools = ir.get("tools") if isinstance(ir.get("tools"), list) else []
     search_at, variant = None, None
     for i, tool in enumerate(tools):
@@ -54,6 +58,8 @@ def fit(ir: dict, ctx, tables) -> dict:
                 break
     deferred = [t for t in tools if isinstance(t, dict) and t.get("defer_loading") and t.get("type") != "hosted"]
     policy = getattr(ctx, "tool_search", "emulate")
+    if policy == "emulate" and _lookup(tables, PROTOCOL_TABLE, ctx.client_protocol) is not True:
+        policy = "eager"  # a client whose loading of deferred tools the proxy does not follow
     if policy == "reject" and (search_at is not None or deferred):
         tool = tools[search_at] if search_at is not None else deferred[0]
         what = f"tool search ({tool.get('hosted_type')})" if search_at is not None else "deferred tool loading (defer_loading)"
