@@ -16,6 +16,7 @@ from aiohttp import web
 
 from . import demo, output_ceilings, render_anthropic, render_chat, render_gemini, render_responses
 from .anthropic_thinking import ThinkingLedger
+from . import anthropic_system
 from .replies import ANTHROPIC, CHAT, GEMINI, NATIVE, RESPONSES, Error, Hang, Json, Stream, encode_event, native_error_body
 from .turn import Turn
 
@@ -210,6 +211,9 @@ class MockUpstream:
         refused_limit = output_ceilings.refusal(protocol, record.body or {})
         if refused_limit:
             return _refuse(protocol, *refused_limit)
+        misplaced = anthropic_system.refusal(protocol, record.body or {})
+        if misplaced:
+            return _json(400, native_error_body(protocol, 400, misplaced))
         if self._queue:
             reply = self._queue.popleft()
         elif self.responder is not None:
