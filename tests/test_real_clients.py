@@ -23,12 +23,15 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from gemini_helpers import GEMINI_KEY, gemini_config
 from harness import CLIENT_KEY, PROVIDER_KEYS
 from proxai.mock import Reasoning, Text, ToolCall, Turn
+from proxai.mock.upstream import GEMINI_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = ROOT / "tests" / "clients"
@@ -57,8 +60,12 @@ SHELL_TOOLS = {
     "run_shell_command": lambda: json.dumps({"command": "printf 'proxai-%d\\n' 42", "description": "Print a marker"}),
 }
 CALL_IDS = {"anthropic_messages": "toolu_proxai_shell_1", "openai_chat_completions": "call_proxai_shell_1",
-            "openai_responses": "call_proxai_shell_1"}
+            "openai_responses": "call_proxai_shell_1", "gemini_generate_content": "fc_proxai_shell_1"}
 RUN_TIMEOUT = 240
+# Gemini CLI's model router asks for a JSON complexity score; any other answer costs it five
+# retries with backoff (about 100 s) before it falls back to its default model.
+ROUTER_FIELD = "complexity_score"
+ROUTER_ANSWER = json.dumps({"complexity_reasoning": "One shell command.", "complexity_score": 10})
 
 
 def cli(name: str) -> Path:
@@ -68,6 +75,28 @@ def cli(name: str) -> Path:
     if not path.exists():
         pytest.skip(f"{name} is not installed; run `npm ci --prefix tests/clients` (needs the npm registry)")
     return path
+
+
+# Claude Code, each pinned version: 2.1.328 installs beside 2.1.197 under an npm alias, so each
+# runs from its own package's bin (which of the two `.bin/claude` links to is npm's choice).
+CLAUDE_CODE = {"2.1.197": "@anthropic-ai/claude-code", "2.1.328": "claude-code-2-1-328"}
+
+
+def claude_code(version: str) -> Path:
+    if shutil.which("node") is None:
+        pytest.skip("Node.js is not installed; the real-CLI tests need node, npm and `npm ci --prefix tests/clients`")
+    package = CLIENTS / "node_modules" / CLAUDE_CODE[version]
+    if not (package / "package.json").exists():
+        pytest.skip(f"Claude Code {version} is not installed; run `npm ci --prefix tests/clients` (needs the npm registry)")
+    manifest = json.loads((package / "package.json").read_text())
+    assert manifest["version"] == version, manifest["version"]
+    return package / manifest["bin"]["claude"]
+
+
+@pytest.fixture(params=list(CLAUDE_CODE))
+def claude(request) -> Path:
+    """The Claude Code binary, once per pinned version."""
+    return claude_code(request.param)
 
 
 # --- the scripted upstream ----------------------------------------------------------------------
@@ -82,6 +111,9 @@ def offered_tools(record) -> dict[str, dict]:
     def add(tools, namespace=None):
         for tool in tools or []:
             if not isinstance(tool, dict):
+                continue
+            if "functionDeclarations" in tool:  # Gemini: one Tool of many declarations
+                add(tool["functionDeclarations"])
                 continue
             if tool.get("type") == "namespace":
                 add(tool.get("tools"), tool.get("name"))
@@ -111,6 +143,12 @@ def tool_results(record) -> dict[str, str]:
         for message in body.get("messages") or []:
             if message.get("role") == "tool":
                 out[message["tool_call_id"]] = json.dumps(message.get("content"))
+    elif record.protocol == "gemini_generate_content":
+        for content in body.get("contents") or []:
+            for part in content.get("parts") or []:
+                if isinstance(part.get("functionResponse"), dict):
+                    response = part["functionResponse"]
+                    out[response.get("id") or response.get("name")] = json.dumps(response.get("response"))
     else:
         for item in body.get("input") if isinstance(body.get("input"), list) else []:
             if item.get("type") in ("function_call_output", "custom_tool_call_output"):
@@ -127,37 +165,91 @@ def agent_script(record):
                                encrypted_content="enc-mock-2", summary=True), Text(FINAL)])
     offered = offered_tools(record)
     shell = next((name for name in SHELL_TOOLS if name in offered), None)
+    if ROUTER_FIELD in json.dumps(record.body):
+        return Turn([Text(ROUTER_ANSWER)])
     if shell is None or PROMPT not in json.dumps(record.body):
         return Turn([Text("OK")])
     namespace, _, name = shell.rpartition(".")
     custom = offered[shell].get("type") == "custom"
     call = ToolCall(call_id, name, SHELL_TOOLS[shell](), custom=custom, namespace=namespace or None)
-    return Turn([Reasoning("I should run the command the user gave.", signature="sig-mock-1",
-                           encrypted_content="enc-mock-1", summary=True), call])
+    return Turn(reasoned("I should run the command the user gave.", "mock-1", call, record.protocol))
+
+
+def reasoned(thought: str, state: str, call: ToolCall, protocol: str) -> list:
+    """A tool-call turn's blocks with the provider's reasoning state (`sig-STATE`, `enc-STATE`)
+    where the provider puts it: Gemini 3 signs the function call part itself."""
+    if protocol == "gemini_generate_content":
+        return [Reasoning(thought), replace(call, thought_signature=f"sig-{state}")]
+    return [Reasoning(thought, signature=f"sig-{state}", encrypted_content=f"enc-{state}", summary=True), call]
+
+
+def counting(record) -> bool:
+    return record.path.endswith(("/count_tokens", "/input_tokens", ":countTokens"))
+
+
+def generation_requests(mock, provider_protocol: str) -> list:
+    """The provider's billed requests (no token counting), in order."""
+    return [r for r in mock.requests if r.protocol == provider_protocol and r.body and not counting(r)]
+
+
+def model_of(record) -> str | None:
+    """The model a provider request names (Gemini: in the path)."""
+    match = GEMINI_PATH.match(record.path)
+    return match.group(1) if match else (record.body or {}).get("model")
+
+
+def authorized(record, provider_protocol: str) -> bool:
+    if provider_protocol == "anthropic_messages":
+        return record.headers.get("x-api-key") == PROVIDER_KEYS["anthropic"]
+    if provider_protocol == "gemini_generate_content":
+        return record.headers.get("x-goog-api-key") == GEMINI_KEY
+    return record.headers.get("authorization") == f"Bearer {PROVIDER_KEYS[PROVIDERS[provider_protocol]]}"
+
+
+# The provider's own reasoning state in a request, as each provider's wire carries it: an
+# Anthropic thinking signature, Responses encrypted_content, a Gemini thoughtSignature. Chat has none.
+OPAQUE_FIELD = {"anthropic_messages": "signature", "openai_responses": "encrypted_content",
+                "gemini_generate_content": "thoughtSignature"}
+
+
+def opaque_state(record) -> list[str]:
+    """Every reasoning-state value in a provider request, in order."""
+    field = OPAQUE_FIELD.get(record.protocol)
+    found: list[str] = []
+
+    def walk(value):
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == field and isinstance(item, str):
+                    found.append(item)
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    if field:
+        walk((record.body or {}).get("messages" if record.protocol == "anthropic_messages" else
+                                     "input" if record.protocol == "openai_responses" else "contents"))
+    return found
 
 
 def check_upstream(mock, provider_protocol: str, replays_reasoning: bool = False) -> None:
     """The tool's real output reached the provider, as the result of the call the provider made."""
-    generation = [r for r in mock.requests if r.protocol == provider_protocol and r.body and "count_tokens" not in r.path
-                  and "input_tokens" not in r.path]
+    generation = generation_requests(mock, provider_protocol)
     assert generation, [r.path for r in mock.requests]
     call_id = CALL_IDS[provider_protocol]
     with_result = [r for r in generation if call_id in tool_results(r)]
     assert with_result, "the tool result never reached the upstream"
     assert OUTPUT in tool_results(with_result[0])[call_id]
-    key = PROVIDER_KEYS[PROVIDERS[provider_protocol]]
-    if provider_protocol == "anthropic_messages":
-        assert all(r.headers.get("x-api-key") == key for r in generation)
-    else:
-        assert all(r.headers.get("authorization") == f"Bearer {key}" for r in generation)
-    # A client that replays reasoning (Codex does; Claude Code leaves thinking out of its
-    # next request) gets the provider's opaque state back to it, through the client's own
-    # form when translated; Chat has none to carry.
-    opaque = {"anthropic_messages": b"sig-mock-1", "openai_responses": b"enc-mock-1"}.get(provider_protocol)
-    if replays_reasoning and opaque is not None:
-        assert opaque in with_result[0].raw, "the reasoning of the tool-call turn was not replayed"
+    assert all(authorized(r, provider_protocol) for r in generation)
+    # A client that replays reasoning gets the provider's own opaque state back to it, through
+    # the client's own form when translated; Chat has none to carry.
+    if replays_reasoning and provider_protocol in OPAQUE_FIELD:
+        assert MOCK_STATE[provider_protocol] in opaque_state(with_result[0]), \
+            "the reasoning of the tool-call turn was not replayed"
     assert all(CLIENT_KEY.encode() not in r.raw for r in generation)
-    assert {r.body["model"] for r in generation} == {UPSTREAM_MODEL}
+    assert {model_of(r) for r in generation} == {UPSTREAM_MODEL}
 
 
 def run(argv: list, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -176,7 +268,10 @@ def base_env(home: Path) -> dict:
     return env
 
 
-PROVIDERS = {"anthropic_messages": "anthropic", "openai_responses": "responses", "openai_chat_completions": "chat"}
+PROVIDERS = {"anthropic_messages": "anthropic", "openai_responses": "responses", "openai_chat_completions": "chat",
+             "gemini_generate_content": "gemini"}
+# The opaque state agent_script's tool-call turn carries, as the provider sends it.
+MOCK_STATE = {"anthropic_messages": "sig-mock-1", "openai_responses": "enc-mock-1", "gemini_generate_content": "sig-mock-1"}
 
 
 @pytest.fixture
@@ -191,7 +286,7 @@ UPSTREAM_MODEL = "upstream-model"
 def proxy_to(start_proxy, harness, provider_protocol: str, pattern: str, thinking_mode: str | None = None):
     """A proxy as the client pages' recipes (docs/clients/) configure it: one route takes the CLI's own model names
     (they keep their defaults) to the provider, under the provider's model name."""
-    cfg = harness.default_config()
+    cfg = gemini_config(harness.mock_url)
     if thinking_mode:
         cfg["providers"]["anthropic"]["thinking_mode"] = thinking_mode
     cfg["routing"] = {"routes": [{"name": "agent", "model_pattern": pattern, "provider": PROVIDERS[provider_protocol],
@@ -220,8 +315,7 @@ def claude_env(home: Path, proxy_url: str) -> dict:
 # Tool search (deferred tools, tool_reference blocks) is what Claude Code recommends for proxies.
 @pytest.mark.parametrize("tool_search", [False, True], ids=["default", "tool-search"])
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
-def test_claude_code_tool_loop(start_proxy, harness, agent_upstream, tmp_path, provider_protocol, tool_search):
-    claude = cli("claude")
+def test_claude_code_tool_loop(claude, start_proxy, harness, agent_upstream, tmp_path, provider_protocol, tool_search):
     proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
     work = tmp_path / "work"
     work.mkdir()
@@ -232,7 +326,9 @@ def test_claude_code_tool_loop(start_proxy, harness, agent_upstream, tmp_path, p
     result = run([claude, "-p", PROMPT, "--allowedTools", "Bash"], env, work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
-    check_upstream(agent_upstream, provider_protocol)
+    # The route renames the model; Claude Code keeps the signed thinking of an answer only when
+    # the answer names the model it asked for, so the provider's state comes back on turn 2.
+    check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
 
 
 # --- Codex CLI -------------------------------------------------------------------------------------
@@ -328,11 +424,10 @@ def test_gemini_cli_tool_loop(start_proxy, harness, agent_upstream, tmp_path, pr
 
 
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
-def test_claude_code_context_counts_tokens(start_proxy, harness, agent_upstream, tmp_path, provider_protocol):
+def test_claude_code_context_counts_tokens(claude, start_proxy, harness, agent_upstream, tmp_path, provider_protocol):
     """`/context` counts each part of the context with /v1/messages/count_tokens: answered by the
     provider's counting endpoint (translated toward Responses) or estimated for Chat, never by
     billed generation requests."""
-    claude = cli("claude")
     proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
     work = tmp_path / "work"
     work.mkdir()
@@ -340,18 +435,20 @@ def test_claude_code_context_counts_tokens(start_proxy, harness, agent_upstream,
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert "Context Usage" in result.stdout
     paths = [r.path for r in agent_upstream.requests]
-    expected = {"anthropic_messages": "/v1/messages/count_tokens", "openai_responses": "/v1/responses/input_tokens"}
+    expected = {"anthropic_messages": "/v1/messages/count_tokens", "openai_responses": "/v1/responses/input_tokens",
+                "gemini_generate_content": f"/v1beta/models/{UPSTREAM_MODEL}:countTokens"}
     if provider_protocol in expected:
         counts = [r for r in agent_upstream.requests if r.path == expected[provider_protocol]]
         assert counts and len(counts) == len(paths), paths
-        assert all(r.body["model"] and ("messages" in r.body or "input" in r.body) for r in counts)
+        assert all(model_of(r) == UPSTREAM_MODEL
+                   and ("messages" in r.body or "input" in r.body or "generateContentRequest" in r.body)
+                   for r in counts)
     else:
         assert paths == []  # estimated by the proxy
 
 
-def test_claude_code_discovers_gateway_models(start_proxy, harness, agent_upstream, tmp_path):
+def test_claude_code_discovers_gateway_models(claude, start_proxy, harness, agent_upstream, tmp_path):
     """Claude Code's gateway model discovery reads GET /v1/models in Anthropic's shape."""
-    claude = cli("claude")
     cfg = harness.default_config()
     cfg["providers"]["responses"]["models"] = ["claude-proxai-gpt-5", "gpt-5"]
     cfg["routing"] = {"routes": [{"name": "claude-code", "model_pattern": "claude-*", "provider": "responses"}]}
@@ -388,14 +485,14 @@ def png(width: int = 8, height: int = 8) -> bytes:
 def images_in(record) -> int:
     """Image parts anywhere in a provider request (any protocol's form)."""
     text = json.dumps(record.body or {})
-    return text.count('"type": "image"') + text.count('"type": "image_url"') + text.count('"type": "input_image"')
+    return (text.count('"type": "image"') + text.count('"type": "image_url"') + text.count('"type": "input_image"')
+            + text.count('"inlineData"'))
 
 
 @pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
-def test_claude_code_reads_an_image(start_proxy, harness, mock, tmp_path, provider_protocol):
+def test_claude_code_reads_an_image(claude, start_proxy, harness, mock, tmp_path, provider_protocol):
     """Claude Code's Read tool returns a PNG as an image inside the tool result; every provider
     gets it in a form it takes (toward Chat: in a user message after the tool message)."""
-    claude = cli("claude")
     proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
     work = tmp_path / "work"
     work.mkdir()

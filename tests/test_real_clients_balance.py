@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_real_clients import FINAL, PROMPT, agent_script, claude_env, cli, codex_env, run
+from test_real_clients import CLAUDE_CODE, FINAL, PROMPT, agent_script, claude_code, claude_env, cli, codex_env, run
 from test_resilience_e2e import ANTHROPIC, RESPONSES, provider, upstreams  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -36,7 +36,7 @@ def generation(ups: dict) -> dict[str, list]:
 
 
 def test_a_claude_code_session_stays_on_one_deployment(start_proxy, upstreams, tmp_path):
-    claude = cli("claude")
+    claude = claude_code(list(CLAUDE_CODE)[-1])  # the newest pinned version
     ups = agent_deployments(upstreams)
     proxy = start_proxy(sticky_route(ups, ANTHROPIC, "claude-*"))
     work = tmp_path / "work"
