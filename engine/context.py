@@ -62,6 +62,11 @@ class Context:
     cache_key_source: str | None = None
 
     _vars: dict | None = field(default=None, repr=False)
+    # Anthropic's context management run by the proxy (engine/hooks/context_editing.py): the
+    # answer's context_management report, and a compaction to run ({instructions, pause},
+    # then the summary) before the provider is asked.
+    context_management: dict | None = None
+    compaction: dict | None = None
 
     def vars(self) -> dict[str, Any]:
         """The ``$ctx`` variable rules read (built once per request)."""

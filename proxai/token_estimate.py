@@ -55,6 +55,12 @@ def estimate(body: dict[str, Any]) -> int:
     return total
 
 
+def count(value: Any) -> int:
+    """Tokens of one part of a request (a tool result's content, a call's arguments) by
+    the same rule, without the framing of a message."""
+    return _walk(value)
+
+
 def _text_tokens(text: str) -> int:
     return -(-len(text) // CHARS_PER_TOKEN)
 

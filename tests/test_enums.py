@@ -3,7 +3,8 @@ import typing
 
 import pytest
 import yaml
-from anthropic.types import MessageParam, OutputConfigParam, RefusalStopDetails, StopReason
+from anthropic.types import MessageParam, OutputConfigParam, RefusalStopDetails
+from anthropic.types.beta.beta_stop_reason import BetaStopReason
 from anthropic.types.shared.error_type import ErrorType
 from openai.types.chat.chat_completion import ChatCompletion, Choice
 from openai.types.responses.response import IncompleteDetails
@@ -28,7 +29,8 @@ def literal_values(tp) -> set:
 
 
 @pytest.mark.parametrize("name,sdk_type,extra", [
-    ("anthropic_messages.stop_reason", StopReason, set()),
+    # The beta endpoint's: a superset (compaction, for context management).
+    ("anthropic_messages.stop_reason", BetaStopReason, set()),
     ("openai_chat_completions.finish_reason", Choice.model_fields["finish_reason"].annotation, set()),
     ("openai.reasoning_effort", ReasoningEffort, set()),
     ("anthropic_messages.effort", typing.get_type_hints(OutputConfigParam)["effort"], set()),

@@ -14,6 +14,7 @@ from . import (
     responses_stream,
 )
 from . import instructions
+from . import context_editing
 
 HOOKS = {
     **common.HOOKS,
@@ -28,6 +29,7 @@ HOOKS = {
     **gemini_client.HOOKS,
     **gemini.HOOKS,
     **instructions.HOOKS,
+    **context_editing.HOOKS,
 }
 
 OBJECTS = {
