@@ -7,7 +7,7 @@ import re
 import orjson
 
 from .codegen import fail
-from .errors import InvalidRequest, TranslationError, UpstreamProtocolError
+from .errors import InvalidRequest, TranslationError, UpstreamProtocolError, suggestion
 from .template import Compiler, Run, Scope
 
 #: values that count as absent for advisory fields (docs/mappings.md "neutral values")
@@ -29,8 +29,8 @@ class Codec:
         self.rejects = [(str(r["message"]), r["param"], compiler.where(r)) for r in rejects]
         self.advisory = [_advisory_path(entry) for entry in doc.get("advisory") or []]
         self.advise = _advisory_fn(self.advisory, compiler.file) if self.advisory else None
-        self.before = [_hook(compiler, name, doc) for name in doc.get("before") or []]
-        self.after = [_hook(compiler, name, doc) for name in doc.get("after") or []]
+        self.before = [_hook(compiler, name, doc["before"], i) for i, name in enumerate(doc.get("before") or [])]
+        self.after = [_hook(compiler, name, doc["after"], i) for i, name in enumerate(doc.get("after") or [])]
         for name in compiler.named_src:
             compiler.ref(name)
         self.output = compiler.compile(doc["output"], doc)
@@ -183,10 +183,12 @@ def _walk(value, steps, where):
                 yield from _walk(item, rest, f"{where}[{i}]")
 
 
-def _hook(compiler: Compiler, name: str, doc):
+def _hook(compiler: Compiler, name: str, names, index: int):
+    """The hook ``name``, item ``index`` of the file's ``before`` / ``after`` list ``names``."""
     hook = compiler.hooks.get(name)
     if hook is None:
-        raise compiler.error(doc, f"unknown hook {name!r}")
+        hint = suggestion(name, compiler.hooks)
+        raise compiler.error(names, f"unknown hook {name!r}" + (f"; {hint}" if hint else ""), index)
     if getattr(hook, "reads_tables", False):  # a whole-payload pass that looks values up in rules/tables
         return functools.partial(hook, tables=compiler.tables)
     return hook

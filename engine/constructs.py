@@ -9,6 +9,7 @@ run time is the Python :mod:`engine.codegen` generates for it.
 from __future__ import annotations
 
 from . import idioms
+from .errors import suggestion
 
 
 def template_params(src) -> tuple[tuple[str, ...] | None, object]:
@@ -25,9 +26,14 @@ def check_switch(c, node) -> None:
             c.v1(node["$cases"], case, idioms.none_case())
 
 
+def _hint(name, known) -> str:
+    hint = suggestion(name, known)
+    return f"; {hint}" if hint else ""
+
+
 def check_table(c, node) -> None:
     if node["$table"] not in c.tables:
-        raise c.error(node, f"unknown table {node['$table']!r}", "$table")
+        raise c.error(node, f"unknown table {node['$table']!r}{_hint(node['$table'], c.tables)}", "$table")
 
 
 def check_hook(c, node) -> None:
@@ -35,13 +41,13 @@ def check_hook(c, node) -> None:
     if name in idioms.RETIRED_HOOKS:
         c.v1(node, "$hook", idioms.retired_hook(name))
     elif name not in c.hooks:
-        raise c.error(node, f"unknown hook {name!r}", "$hook")
+        raise c.error(node, f"unknown hook {name!r}{_hint(name, c.hooks)}", "$hook")
 
 
 def check_ref(c, node) -> None:
     name = node["$ref"]
     if name not in c.named_src:
-        raise c.error(node, f"unknown template {name!r}", "$ref")
+        raise c.error(node, f"unknown template {name!r}{_hint(name, c.named_src)}", "$ref")
     params, _ = template_params(c.named_src[name])
     unknown = [k for k in node.get("$args") or {} if k not in (params or ())]
     if unknown:

@@ -46,16 +46,17 @@ def _codec(doc, named, compiler, found) -> None:
         _attempt(found, compiler(named).ref, name)
     for r in doc.get("reject") or []:
         if isinstance(r, dict) and "when" in r:
-            _attempt(found, _checker(compiler(named)), r["when"], r, "when")
+            _attempt(found, compiler(named).check, r["when"], r, "when")
     if "output" in doc:
         _template(doc["output"], doc, "output", compiler(named), found)
 
 
 def _template(node, parent, key, c, found) -> None:
-    """Compile ``node``; when it fails, look for the problems inside a plain object or a
-    list item by item (a construct is reported as a whole: its parts are not templates)."""
+    """Check ``node`` (the compiler's check pass, no code generated); when it fails, look
+    for the problems inside a plain object or a list item by item (a construct is
+    reported as a whole: its parts are not templates)."""
     before = len(found)
-    if _attempt(found, _checker(c), node, parent, key):
+    if _attempt(found, c.check, node, parent, key):
         return
     err = found.pop()
     if isinstance(node, dict) and not any(isinstance(k, str) and k.startswith("$") for k in node):
@@ -102,11 +103,6 @@ def _stream(doc, named, compiler, found) -> None:
             elif isinstance(step, Located) and isinstance(step.get("let"), dict):
                 # A broken `let` still binds its names: the later steps are not blamed for it.
                 kept.append(_like(step, {"let": _like(step["let"], {k: None for k in step["let"]})}))
-
-
-def _checker(c):
-    """The compiler's check pass (what it refuses, without generating code for it)."""
-    return getattr(c, "check", None) or c.compile
 
 
 def _like(node, items: dict) -> Located:

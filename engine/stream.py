@@ -25,7 +25,7 @@ import copy
 
 import orjson
 
-from .errors import TranslationError, UpstreamProtocolError
+from .errors import TranslationError, UpstreamProtocolError, suggestion
 from . import registry
 from .registry import template_params
 from .template import Compiler, Run, Scope
@@ -52,11 +52,16 @@ def free_variables(node, bound: frozenset, named=None, where_node=None):
     return registry.free_variables(node, bound, where_node)
 
 
-def _check_free(compiler: Compiler, node, bound: frozenset, what: str) -> None:
+def _check_free(compiler: Compiler, node, bound: frozenset, what: str, parent=None, key=None) -> None:
+    """``node`` sits at ``parent[key]``: where a selector that is the whole template is reported."""
     for name, at in registry.free_variables(node, bound, node):
+        if at is node and isinstance(node, str):
+            at = parent  # a string has no line of its own
+        else:
+            key = None
         raise compiler.error(at if at is not None else node,
                              f"{what} reads ${name}, which nothing binds (bind it with a `let` step, "
-                             f"or declare it in the template's params and pass it in $args)")
+                             f"or declare it in the template's params and pass it in $args)", key)
 
 
 class Transition:
@@ -78,7 +83,7 @@ class Transition:
         self.where = compiler.where(node)
         bound = GLOBALS
         if "when" in node:
-            _check_free(compiler, node["when"], bound, "`when`")
+            _check_free(compiler, node["when"], bound, "`when`", node, "when")
             compiler.check(node["when"], node)
         self.node, self.run = node, None
         self.steps = []  # (action, its value) of each step, for the generated function
@@ -101,8 +106,8 @@ class Transition:
             if kind in ("let", "set"):
                 if not isinstance(value, dict) or not value:
                     raise compiler.error(step, f"`{kind}` takes a mapping of name -> template", kind)
-                for v in value.values():
-                    _check_free(compiler, v, bound, f"`{kind}`")
+                for k, v in value.items():
+                    _check_free(compiler, v, bound, f"`{kind}`", value, k)
                 for v in value.values():
                     compiler.check(v, value)
                 if kind == "let":
@@ -111,11 +116,11 @@ class Transition:
                         raise compiler.error(value, f"`let` cannot rebind ${clash[0]}", clash[0])
                     bound = bound | set(map(str, value))
             elif kind == "emit":
-                _check_free(compiler, value, bound, "`emit`")
+                _check_free(compiler, value, bound, "`emit`", step, "emit")
                 for v in value if isinstance(value, list) else [value]:
                     compiler.check(v, value)
             else:
-                _check_free(compiler, value, bound, "`do`")
+                _check_free(compiler, value, bound, "`do`", step, "do")
                 compiler.check(value, step)
 
 
@@ -155,7 +160,7 @@ class StreamRules:
         compiler.hooks = hooks
         for tname, src in compiler.named_src.items():
             params, body = template_params(src)
-            _check_free(compiler, body, GLOBALS | set(params or ()), f"template {tname!r}")
+            _check_free(compiler, body, GLOBALS | set(params or ()), f"template {tname!r}", compiler.named_src, tname)
         self.on = {str(k): [Transition(t, compiler) for t in v] for k, v in doc["on"].items()}
         self.eof = [Transition(t, compiler) for t in doc.get("eof") or []]
         self.key = compiler.compile(doc["key"], doc, "key") if "key" in doc else None
@@ -190,7 +195,8 @@ class StreamRules:
             return lambda scope: getattr(scope.vars[_OBJECTS][obj], method)(scope.cur)
         hook = compiler.hooks.get(name)
         if hook is None:
-            raise compiler.error(doc, f"unknown hook {name!r}", key)
+            hint = suggestion(name, compiler.hooks)
+            raise compiler.error(doc, f"unknown hook {name!r}" + (f"; {hint}" if hint else ""), key)
         return hook
 
 

@@ -214,6 +214,44 @@ def test_lint_reports_every_problem_of_a_stream_file(tmp_path):
     assert sorted(re.search(r"reads \$(\w+)", m).group(1) for m in problems(tmp_path)) == ["nope", "third", "unbound"]
 
 
+def test_lint_reports_every_problem_of_a_stream_file_each_on_its_line(tmp_path):
+    write(tmp_path, "stream.yaml", STREAM)
+    messages = problems(tmp_path)
+    assert all(re.match(r"^.+\.yaml:[1-9]\d*: ", m) for m in messages), messages   # never line 0, never no line
+    found = {int(m.split(":")[1]): m.split(": ", 1)[1].split(",")[0] for m in messages}
+    # $x is bound by the broken `let`: the step that reads it is not blamed.
+    assert found == {5: "`when` reads $nope", 7: "`let` reads $unbound", 9: "`emit` reads $third"}
+
+
+@pytest.mark.parametrize("template,line,expected", [
+    ("{$table: ir.stop->openai_chat_completion.finish_reason, $of: stop}", 4,
+     "unknown table 'ir.stop->openai_chat_completion.finish_reason'; did you mean ir.stop->openai_chat_completions.finish_reason?"),
+    ("{$hook: chat.upstream_faild}", 4, "unknown hook 'chat.upstream_faild'; did you mean chat.upstream_failed?"),
+    ("{$ref: protocol.usage_ot}", 4, "unknown template 'protocol.usage_ot'; did you mean protocol.usage_out?"),
+])
+def test_an_unknown_name_in_a_template_gets_a_did_you_mean(tmp_path, template, line, expected):
+    write(tmp_path, "x.yaml", f"""\
+        kind: response.encode
+        protocol: openai_chat_completions
+        templates:
+          one: {template}
+        """)
+    [message] = problems(tmp_path)
+    assert message.endswith(f"x.yaml:{line}: {expected}"), message
+
+
+def test_an_unknown_before_hook_is_placed_at_its_item(tmp_path):
+    write(tmp_path, "x.yaml", """\
+        kind: request.encode
+        protocol: openai_chat_completions
+        before:
+          - fit.capabilities
+          - fit.toolz
+        """)
+    [message] = problems(tmp_path)
+    assert message.endswith("x.yaml:5: unknown hook 'fit.toolz'; did you mean fit.tools?"), message
+
+
 def test_the_server_refuses_to_start_on_the_first_problem(tmp_path):
     write(tmp_path, "many.yaml", MANY)
     with pytest.raises(engine.RuleError) as err:
