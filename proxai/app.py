@@ -18,7 +18,7 @@ from aiohttp import web
 import engine
 
 from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing
-from proxai import response_model, server_tools, web_search
+from proxai import compaction, conversations, response_model, server_tools, web_search
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -251,9 +251,13 @@ class Proxy:
     ) -> web.StreamResponse:
         # the proxy keeps the state of this protocol's responses (previous_response_id, store)
         stateful = self.engine.wire.has(protocol, "stored_responses") and self.state is not None
+        # conversations are the proxy's own toward every provider, a Responses one included
+        conversation = await conversations.begin(self, request, body) if stateful else None
         if provider.protocol == protocol:
             answer_model = response_model.answer_model(match, body["model"])
-            if match.upstream_model != body["model"]:
+            if conversation is not None:
+                conversation.resolve(body, provider_holds_ids=True)
+            if match.upstream_model != body["model"] or conversation is not None:
                 body["model"] = match.upstream_model
                 raw = dump_json(body)
             if stateful and body.get("store") is not False:
@@ -261,20 +265,22 @@ class Proxy:
             target = self.engine.wire.target(protocol, "generate", match.upstream_model, stream)
             target = Target(target.path, target.query or request.rel_url.raw_query_string)
             return await self._passthrough(request, protocol, provider, raw, stream, info, target,
-                                           body=body, answer_model=answer_model)
+                                           body=body, answer_model=answer_model, conversation=conversation)
         turn = None
         if stateful:
             if turns:  # a retry: the conversation was resolved by the first translated attempt
                 turn, body = turns[0]
             else:
                 turn = await self.state.begin(request, body, provider.name)  # resolves previous_response_id
+                if conversation is not None:
+                    turn = conversation.around(turn, body)  # the conversation's items, then the turn's
                 if turns is not None:
                     turns.append((turn, body))
         return await self._translate(request, protocol, match, body, stream, info, turn)
 
     async def _passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
-        target: Target, body: dict | None = None, answer_model: str | None = None,
+        target: Target, body: dict | None = None, answer_model: str | None = None, conversation=None,
     ) -> web.StreamResponse:
         """`answer_model`: the model name the answer must carry in place of the provider's (response_model)."""
         rewrite = None
@@ -289,6 +295,8 @@ class Proxy:
                 data = await read_body(upstream, provider, cap=self.config.server.max_upstream_body_bytes)
                 if "_owned_id" in info:
                     await responses_state.remember_passthrough(self, request, pools.response_id(data))
+                if conversation is not None:
+                    data = await conversation.finish_bytes(data)  # the turn is in the conversation before it goes out
                 # Usage, stop and model as the protocol's summary rules read them (an override changes them all).
                 summary = self.engine.summary(protocol, data)
                 info.update(usage_fields(summary.get("usage")))
@@ -318,7 +326,7 @@ class Proxy:
             idle_guarded=True,  # Transport.send's sock_read is the provider's read_idle_timeout_secs
         )
         relay.rewrite = rewrite
-        return await self._stream(request, relay, upstream, info)
+        return await self._stream(request, relay, upstream, info, conversation)
 
     async def _stream(
         self, request: web.Request, relay: StreamLoop, upstream: aiohttp.ClientResponse, info: dict, turn=None
@@ -709,6 +717,7 @@ def build_app(
     gemini_client.register(app, proxy, INFO_KEY, CAPTURE_KEY)
     models_endpoint.register(app, proxy, INFO_KEY)
     responses_state.add_routes(app, proxy)
+    conversations.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)
     app.router.add_get("/readyz", proxy.readyz)
     if config.server.metrics.enabled:
