@@ -156,10 +156,17 @@ def tool_results(record) -> dict[str, str]:
     return out
 
 
+# What `claude --continue` asks next, and the answer.
+AGAIN = "Say once more what it printed."
+AGAIN_FINAL = f"Once more: {OUTPUT}."
+
+
 def agent_script(record):
     """One agent turn: call the shell tool, then, given its output, say what it printed.
     Side requests (titles, summaries, quota probes) get a short text."""
     call_id = CALL_IDS[record.protocol]
+    if AGAIN in json.dumps(record.body):
+        return Turn([Text(AGAIN_FINAL)])
     if call_id in tool_results(record):
         return Turn([Reasoning("The command ran; I can report its output.", signature="sig-mock-2",
                                encrypted_content="enc-mock-2", summary=True), Text(FINAL)])
@@ -329,6 +336,84 @@ def test_claude_code_tool_loop(claude, start_proxy, harness, agent_upstream, tmp
     # The route renames the model; Claude Code keeps the signed thinking of an answer only when
     # the answer names the model it asked for, so the provider's state comes back on turn 2.
     check_upstream(agent_upstream, provider_protocol, replays_reasoning=True)
+
+
+# A long session: several tool turns in one run, each with reasoning of its own.
+STEPS = 3
+LONG_PROMPT = "Run these shell commands one at a time, then tell me what they printed: " + ", ".join(
+    f"`echo proxai-step-$((6*{k}))`" for k in range(1, STEPS + 1))
+LONG_FINAL = "They printed " + ", ".join(f"proxai-step-{6 * k}" for k in range(1, STEPS + 1)) + "."
+
+
+def step_id(protocol: str, k: int) -> str:
+    return CALL_IDS[protocol].replace("shell_1", f"step_{k}")
+
+
+def long_session_script(record):
+    """Step k calls Bash with reasoning whose state is `mock-step-k`; once every step's result is
+    back, the final text. Side requests get a short text."""
+    if LONG_PROMPT not in json.dumps(record.body) or "Bash" not in offered_tools(record):
+        return Turn([Text("OK")])
+    results = tool_results(record)
+    done = sum(step_id(record.protocol, k) in results for k in range(1, STEPS + 1))
+    if done == STEPS:
+        return Turn([Reasoning("Every command ran.", signature="sig-mock-final", encrypted_content="enc-mock-final",
+                               summary=True), Text(LONG_FINAL)])
+    k = done + 1
+    call = ToolCall(step_id(record.protocol, k), "Bash",
+                    json.dumps({"command": f"echo proxai-step-$((6*{k}))", "description": f"Step {k}"}))
+    return Turn(reasoned(f"Step {k} comes next.", f"mock-step-{k}", call, record.protocol))
+
+
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_claude_code_long_session(claude, start_proxy, harness, mock, tmp_path, provider_protocol):
+    """Several tool turns through the renaming route: every command runs, and each request
+    carries back the provider's reasoning state of every earlier step (the enforcing Anthropic
+    mock refuses a tool result whose turn lost its thinking)."""
+    mock.responder = long_session_script
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
+    work = tmp_path / "work"
+    work.mkdir()
+    result = run([claude, "-p", LONG_PROMPT, "--allowedTools", "Bash"], claude_env(tmp_path / "home", proxy.url), work)
+    assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
+    assert LONG_FINAL in result.stdout
+    generation = generation_requests(mock, provider_protocol)
+    assert {model_of(r) for r in generation} == {UPSTREAM_MODEL}
+    for k in range(1, STEPS + 1):
+        turn = next((r for r in generation if step_id(provider_protocol, k) in tool_results(r)), None)
+        assert turn is not None, f"the result of step {k} never reached the provider"
+        assert f"proxai-step-{6 * k}" in tool_results(turn)[step_id(provider_protocol, k)]
+        if provider_protocol in OPAQUE_FIELD:
+            prefix = "enc" if provider_protocol == "openai_responses" else "sig"
+            state = opaque_state(turn)
+            assert [f"{prefix}-mock-step-{j}" for j in range(1, k + 1)] == [v for v in state if "-mock-step-" in v], \
+                f"step {k}: {state}"
+
+
+@pytest.mark.parametrize("provider_protocol", list(PROVIDERS))
+def test_claude_code_continue(claude, start_proxy, harness, agent_upstream, tmp_path, provider_protocol):
+    """`claude --continue` resumes the last session: its history (the tool result, the provider's
+    reasoning state) goes to the provider again, under the model name Claude Code asked for
+    first: the route only takes `claude-*`, so a session switched to the upstream name fails."""
+    proxy = proxy_to(start_proxy, harness, provider_protocol, "claude-*")
+    work = tmp_path / "work"
+    work.mkdir()
+    home = tmp_path / "home"
+    first = run([claude, "-p", PROMPT, "--allowedTools", "Bash"], claude_env(home, proxy.url), work)
+    assert first.returncode == 0, f"stdout: {first.stdout}\nstderr: {first.stderr}"
+    before = len(agent_upstream.requests)
+    again = run([claude, "--continue", "-p", AGAIN, "--allowedTools", "Bash"], claude_env(home, proxy.url), work)
+    assert again.returncode == 0, f"stdout: {again.stdout}\nstderr: {again.stderr}"
+    assert AGAIN_FINAL in again.stdout
+    resumed = [r for r in generation_requests(agent_upstream, provider_protocol)[0:]
+               if r in agent_upstream.requests[before:] and AGAIN in json.dumps(r.body)]
+    assert resumed, [r.path for r in agent_upstream.requests[before:]]
+    assert OUTPUT in json.dumps(tool_results(resumed[0]))
+    assert model_of(resumed[0]) == UPSTREAM_MODEL
+    if provider_protocol in OPAQUE_FIELD:
+        assert MOCK_STATE[provider_protocol] in opaque_state(resumed[0]), opaque_state(resumed[0])
+    transcripts = "".join(p.read_text() for p in (home / ".claude").rglob("*.jsonl"))
+    assert transcripts and UPSTREAM_MODEL not in transcripts
 
 
 # --- Codex CLI -------------------------------------------------------------------------------------
