@@ -205,35 +205,6 @@ class Wire:
         return headers
 
 
-def descriptor_files(directory: Path) -> list[Path]:
-    return sorted(p for p in Path(directory).glob("*/protocol.yaml") if p.is_file())
-
-
-_LOADED: dict = {}
-
-
-def load(override_dir=None, builtin_dir=None) -> tuple[Wire, list[RuleError]]:
-    """The descriptors alone (no codec compiled), for what needs only the wire surface
-    (config validation): the built-in rules layered with `override_dir`."""
-    from .ruleset import layer, read_file, rule_dirs
-
-    dirs = rule_dirs(override_dir, builtin_dir)
-    files = [p for d in dirs if Path(d).is_dir() for p in descriptor_files(d)]
-    key = tuple((str(p), p.stat().st_mtime_ns) for p in files)
-    if key in _LOADED:
-        return _LOADED[key]
-    sources, problems = [], []
-    for path in files:
-        src, errs = read_file(path)
-        problems.extend(errs)
-        if src is not None and not errs:
-            sources.append(src)
-    layered = layer(sources)
-    wire = Wire({n: Descriptor(n, doc, f) for n, (doc, f) in layered.protocols.items()})
-    _LOADED[key] = (wire, problems)
-    return wire, problems
-
-
 def protocol_hooks(protocols: Mapping[str, tuple]) -> tuple[dict, list[RuleError]]:
     """The hooks of the protocols whose descriptor names a module of its own (`hooks:
     hooks.py`, beside the protocol.yaml): its literal ``HOOKS`` table, every name
