@@ -468,6 +468,11 @@ class Proxy:
             info["cache_breakpoints"] = len(ctx.cache_breakpoints)
         if ctx.dropped_tools:
             info["_headers"] = {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(ctx.dropped_tools))}
+        if ctx.compaction is not None:  # the history is summarised first (compact_20260112, docs/context-management.md)
+            answer = await compaction.summarise(self, request, match, ctx, ir, info)
+            if ctx.compaction["pause"]:
+                return await compaction.paused(self, request, ctx, answer, stream, info, turn)
+            ir, out_body = compaction.continued(self.engine, ctx, ir)
         if server_tools.active(ctx):  # the proxy answers a tool the provider's model may call (tool search)
             return await server_tools.serve(self, request, match, ctx, ir, stream, info, turn)
         target = self.engine.wire.target(provider.protocol, "generate", match.upstream_model, stream)
