@@ -15,6 +15,7 @@ from . import (
 )
 from . import instructions
 from . import context_editing
+from . import models
 
 HOOKS = {
     **common.HOOKS,
@@ -29,6 +30,7 @@ HOOKS = {
     **gemini_client.HOOKS,
     **gemini.HOOKS,
     **instructions.HOOKS,
+    **models.HOOKS,
     **context_editing.HOOKS,
 }
 

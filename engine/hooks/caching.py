@@ -381,6 +381,19 @@ def derive_key(secret: bytes | None, material: bytes) -> str:
     return "pck_" + digest[:32]
 
 
+# Claude Code's first system block: a hash that changes every request, for Anthropic's
+# billing only (the request decoder leaves it out too).
+BILLING_LINE = "x-anthropic-billing-header:"
+
+
+def _stable_system(system):
+    """The system prompt without the billing line: one agent configuration, one key."""
+    if not isinstance(system, list):
+        return system
+    return [b for b in system if not (isinstance(b, dict) and b.get("type") == "text"
+                                      and str(b.get("text") or "").startswith(BILLING_LINE))]
+
+
 def prompt_cache_key(scope):
     """Anthropic request decode: the IR prompt_cache_key toward OpenAI providers.
 
@@ -405,7 +418,8 @@ def prompt_cache_key(scope):
     if session:
         material, source = b"session\0" + session.encode(), "the Claude Code session id in metadata.user_id"
     elif body.get("system") or body.get("tools"):
-        material = b"prefix\0" + orjson.dumps([body.get("system"), body.get("tools")], option=orjson.OPT_SORT_KEYS)
+        material = b"prefix\0" + orjson.dumps([_stable_system(body.get("system")), body.get("tools")],
+                                               option=orjson.OPT_SORT_KEYS)
         source = "the system prompt and tools"
     else:
         return None
