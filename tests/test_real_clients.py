@@ -1,16 +1,20 @@
 """The real coding-agent CLIs, headless, through the proxy toward each provider protocol.
 
-Codex CLI (`codex exec`, Responses API) and Claude Code (`claude -p`, Messages API),
-as pinned in tests/clients/package.json, run with their default settings against a
-scripted mock upstream. The script answers the agent's turn with reasoning and a call
+Codex CLI (`codex exec`, Responses API), Claude Code (`claude -p`, Messages API; 2.1.197
+and 2.1.328, each test once per version) and Gemini CLI (`gemini -p`, Gemini API), as pinned
+in tests/clients/package.json, run with their default settings against a scripted mock
+upstream of each provider protocol, behind a route that renames the model. The script answers the agent's turn with reasoning and a call
 to the agent's own shell tool, and the turn that carries the tool's result with
 reasoning and text; each run must finish its tool loop with exit code 0, the command
 must really have run (its output reaches the upstream as the tool result), and the
 final text must reach the terminal.
 
-Besides the shell-tool loop: Claude Code's `/context` (token counting), its gateway
-model discovery (`GET /v1/models`), and an image read by each CLI's own tool (Claude
-Code's Read, Codex's view_image) inside a tool result.
+The provider's own reasoning state (thinking signature, encrypted_content, thought
+signature) must come back to it on the next turn; the mock Anthropic enforces Anthropic's
+thinking rules. Besides the shell-tool loop: Claude Code's long session (several tool
+turns), `--continue`, `/context` (token counting), its gateway model discovery
+(`GET /v1/models`), and an image read by each CLI's own tool (Claude Code's Read, Codex's
+view_image) inside a tool result.
 
 The CLIs come from npm (`npm ci --prefix tests/clients`, done by .ci/run); without
 Node or without them these tests skip, saying so. They need no internet: every
