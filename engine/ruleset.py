@@ -95,18 +95,34 @@ def read_file(path: Path) -> tuple[SourceFile | None, list[RuleError]]:
             problems.append(worded)
             continue
         where = "/".join(map(str, err.absolute_path)) or "(top)"
-        problems.append(RuleError(f"{where}: {_schema_message(err)}", name, _node_line(doc, err.absolute_path)))
+        line = _node_line(doc, err.absolute_path)
+        if _unexpected(err):  # at the first unexpected key, not at the mapping that has it
+            line = getattr(err.instance, "key_lines", {}).get(_unexpected(err)[0]) or line
+        problems.append(RuleError(f"{where}: {_schema_message(err)}", name, line))
     return SourceFile(name, doc, duplicates), _unique(problems)
 
 
 def _schema_message(err) -> str:
     """jsonschema's message, with a "did you mean" for a misspelt enum value (a kind,
-    a protocol, an option)."""
+    a protocol, an option) or key."""
     if err.validator == "enum" and isinstance(err.instance, str):
         hint = suggestion(err.instance, err.validator_value)
         if hint:
             return f"{err.message}; {hint}"
+    hints = [(k, suggestion(k, err.schema["properties"])) for k in _unexpected(err)]
+    hints = [(k, h) for k, h in hints if h]
+    if len(hints) == 1:
+        return f"{err.message}; {hints[0][1]}"
+    if hints:
+        return f"{err.message}; did you mean " + ", ".join(f"{h[len('did you mean '):-1]} (for {k})" for k, h in hints) + "?"
     return err.message
+
+
+def _unexpected(err) -> list:
+    """The keys an additionalProperties error is about."""
+    if err.validator != "additionalProperties" or not isinstance(err.instance, dict) or "properties" not in err.schema:
+        return []
+    return [k for k in err.instance if k not in err.schema["properties"]]
 
 
 _verdicts: dict = {}

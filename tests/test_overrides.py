@@ -170,6 +170,18 @@ def test_a_misspelt_enum_value_gets_a_did_you_mean(tmp_path, text, expected):
     assert expected in message and message.endswith("did you mean " + ("request.encode?" if "kind" in expected else "named?"))
 
 
+def test_a_misspelt_key_gets_a_did_you_mean_at_its_line(tmp_path):
+    write(tmp_path, "x.yaml", """\
+        kind: request.encode
+        protocol: anthropic_messages
+        templats:
+          tool: name
+        """)
+    [message] = problems(tmp_path)
+    assert message.endswith("x.yaml:3: (top): Additional properties are not allowed ('templats' was unexpected); "
+                            "did you mean templates?"), message
+
+
 MANY = """\
     kind: response.encode
     protocol: openai_chat_completions
