@@ -61,7 +61,6 @@ async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dic
     usage = answer.get("usage") or {}
     ctx.trace(f"compact_20260112: history summarised by the routed model ({usage.get('input_tokens', '?')} input, "
               f"{usage.get('output_tokens', '?')} output tokens; summary ~{context_editing.tokens(summary)} tokens)")
-    info["_compactions"] = info.get("_compactions", 0) + 1
     return answer
 
 
