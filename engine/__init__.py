@@ -57,7 +57,7 @@ class Engine:
     def __init__(self, codecs: dict, streams: dict, tables: dict, enums: dict, protocols: dict | None = None):
         self.codecs, self.streams, self.tables, self.enums = codecs, streams, tables, enums
         self.protocols = protocols or {}   # protocol -> engine.protocol.Descriptor (rules/<p>/protocol.yaml)
-        self.wire = Wire(self.protocols)   # the wire surface: endpoints, headers, upstream URLs
+        self.wire = Wire(self.protocols, tables)   # the wire surface: endpoints, headers, upstream URLs
 
     @classmethod
     def load(cls, override_dir: str | Path | None = None, builtin_dir: str | Path | None = None) -> "Engine":

@@ -47,8 +47,9 @@ class Target:
 class Wire:
     """Every protocol's wire surface; built from the layered descriptors."""
 
-    def __init__(self, descriptors: Mapping[str, Descriptor]):
+    def __init__(self, descriptors: Mapping[str, Descriptor], tables: Mapping | None = None):
         self.descriptors = dict(descriptors)
+        self.tables = dict(tables or {})  # the rules' tables (a header's `values.drop`)
         # By each descriptor's `order` (documentation tables, messages), then by name.
         self.names: tuple[str, ...] = tuple(sorted(
             self.descriptors, key=lambda p: (self.descriptors[p].doc.get("order", float("inf")), p)))
@@ -194,6 +195,8 @@ class Wire:
                 if values is None and client_headers.get(name):
                     values = [client_headers[name]]
                 values = [v for v in values or () if is_token(v)]
+                if how.get("values"):
+                    values = self._permitted(how["values"], settings, values)
                 if values:
                     headers[name] = how["join"].join(values)
                 continue
@@ -203,6 +206,44 @@ class Wire:
             elif how.get("default"):
                 headers[name] = getattr(settings, how["default"])
         return headers
+
+    def _permitted(self, spec: Mapping, settings, values: list[str], name: str = "", notes: list | None = None) -> list[str]:
+        """A list header's values (each may be comma-separated) without those of the
+        `drop` table and as the provider's `setting` ({allow: [...], deny: [...]}, a
+        trailing * a prefix) permits; what is left out goes to `notes`."""
+        drop = self.tables.get(spec.get("drop"))
+        setting = spec.get("setting") or ""
+        policy = getattr(settings, setting, None) or {}
+        allow, deny = policy.get("allow"), policy.get("deny") or ()
+        out: list[str] = []
+        for raw in values:
+            for value in (v.strip() for v in raw.split(",")):
+                if not value or value in out:
+                    continue
+                why = drop.lookup(value) if drop is not None else None
+                if why is not None:
+                    if notes is not None:
+                        notes.append(f"{name} {value} not sent: obsolete ({why})")
+                elif (allow is None or _listed(value, allow)) and not _listed(value, deny):
+                    out.append(value)
+                elif notes is not None:
+                    notes.append(f"{name} {value} not sent: the provider's {setting} do not permit it")
+        return out
+
+    def header_notes(self, protocol: str, settings, client_headers: Mapping[str, str]) -> list[str]:
+        """What provider_headers leaves out of the client's list headers, one note each."""
+        notes: list[str] = []
+        for name, how in (self._d(protocol).section("headers").get("from_client") or {}).items():
+            if (how or {}).get("values"):
+                values = client_headers.getall(name, None) if hasattr(client_headers, "getall") else None
+                if values is None and client_headers.get(name):
+                    values = [client_headers[name]]
+                self._permitted(how["values"], settings, [v for v in values or () if is_token(v)], name, notes)
+        return notes
+
+
+def _listed(value: str, patterns) -> bool:
+    return any(value == p or (p.endswith("*") and value.startswith(p[:-1])) for p in patterns)
 
 
 def protocol_hooks(protocols: Mapping[str, tuple]) -> tuple[dict, list[RuleError]]:

@@ -403,6 +403,8 @@ class Proxy:
         target: Target,
     ) -> aiohttp.ClientResponse:
         """Send to the provider; note its request id; capture both sides when asked."""
+        notes = info.setdefault("_traces", [])
+        notes.extend(n for n in self.engine.wire.header_notes(provider.protocol, provider, request.headers) if n not in notes)
         cap = request.get(CAPTURE_KEY)
         if cap is not None:
             headers = provider_headers(self.engine.wire, provider, request.headers, stream)

@@ -41,14 +41,15 @@ def test_anthropic_count_tokens_forwarded_to_anthropic(anthropic_client, mock):
     mock.enqueue(Json({"input_tokens": 321}))
     result = anthropic_client.messages.count_tokens(
         model="anthropic/claude-test", system="Be brief.", messages=MESSAGES, tools=TOOLS,
-        extra_headers={"anthropic-beta": "token-counting-2024-11-01"},
+        # the obsolete token-counting beta is not sent on (rules/tables/anthropic_betas.yaml)
+        extra_headers={"anthropic-beta": "token-counting-2024-11-01,context-1m-2025-08-07"},
     )
     assert type(result).__name__ == "MessageTokensCount" and result.input_tokens == 321
     (rec,) = count_requests(mock)
     assert rec.path == "/v1/messages/count_tokens"
     assert rec.body == {"model": "claude-test", "system": "Be brief.", "messages": MESSAGES, "tools": TOOLS}
     assert rec.headers["x-api-key"] == PROVIDER_KEYS["anthropic"]
-    assert rec.headers["anthropic-beta"] == "token-counting-2024-11-01"
+    assert rec.headers["anthropic-beta"] == "context-1m-2025-08-07"
     assert CLIENT_KEY.encode() not in rec.raw and CLIENT_KEY not in json.dumps(rec.headers)
 
 
