@@ -325,3 +325,26 @@ def test_without_a_state_store_conversations_are_refused(harness, start_proxy, m
     with pytest.raises(openai.BadRequestError) as refused:
         c.responses.create(model="anthropic/up-model", input="hi", conversation="conv_x")
     assert refused.value.body["param"] == "conversation"
+
+
+@pytest.mark.slow
+def test_two_server_processes_over_one_redis_share_a_conversation(harness, start_server, mock, redis_server):
+    """server.py twice, each in a process of its own, over one real redis-server: a
+    conversation created on one is continued on the other, streaming and not."""
+    redis_server.flush()
+    doc = config(harness, {"backend": "redis", "url": redis_server.url}, api_keys=["key-alice", "key-bob"])
+    first, second = start_server(doc), start_server(doc)
+    a = openai.OpenAI(base_url=first.url + "/v1", api_key="key-alice", max_retries=0)
+    b = openai.OpenAI(base_url=second.url + "/v1", api_key="key-alice", max_retries=0)
+    bob = openai.OpenAI(base_url=second.url + "/v1", api_key="key-bob", max_retries=0)
+    conv = a.conversations.create(items=[{"type": "message", "role": "user", "content": "My name is Ada."}])
+    mock.enqueue(Turn([Text("Hello Ada.")]))
+    create(b, True, model="gemini/up-model", conversation=conv.id, input="Who am I?")
+    mock.enqueue(Turn([Text("Still Ada.")]))
+    create(a, False, model="chat/up-model", conversation=conv.id, input="And now?")
+    assert in_order(sent_text(mock), "My name is Ada.", "Who am I?", "Hello Ada.", "And now?")
+    assert item_texts(b.conversations.items.list(conv.id, order="asc")) == [
+        ("user", "My name is Ada."), ("user", "Who am I?"), ("assistant", "Hello Ada."),
+        ("user", "And now?"), ("assistant", "Still Ada.")]
+    with pytest.raises(openai.NotFoundError):  # the tenant key is shared through the store, isolation too
+        bob.conversations.retrieve(conv.id)
