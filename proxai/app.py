@@ -19,6 +19,7 @@ import engine
 
 from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing
 from proxai import compaction, conversations, response_model, server_tools, web_search
+from proxai import background
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -80,6 +81,7 @@ class Proxy:
             self.readiness.add("demo_upstreams", lambda: None if self.live.router is not None else "starting")
         self._mock_runner: web.AppRunner | None = None
         self.open_streams = shutdown.OpenStreams()
+        self.background = background.Runs()  # the background responses this process runs
         self.resilience = retry.Resilience(config, self.metrics.registry)
 
     # --- the generation (config, router, rules) the current request started on ---------
@@ -225,6 +227,8 @@ class Proxy:
         info.update(model=model, stream=stream)
         assert self.router is not None
         match = self.route(model, protocol, info)
+        if background.requested(body) and self.engine.wire.has(protocol, "stored_responses"):
+            return await background.start(self, request, protocol, match, body, info)  # answers at once, runs on
         async with self.limits.stream_slot(info, stream):
             return await self._serve(request, protocol, match, body, raw, stream, info)
 
@@ -725,6 +729,7 @@ def build_app(
     models_endpoint.register(app, proxy, INFO_KEY)
     responses_state.add_routes(app, proxy)
     conversations.add_routes(app, proxy)
+    background.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)
     app.router.add_get("/readyz", proxy.readyz)
     if config.server.metrics.enabled:

@@ -60,6 +60,9 @@ PROBE_EVERY_SECS = 2.0  # how soon a store that went down shows in /readyz, the 
 RECONNECT_MIN_SECS = 0.5
 RECONNECT_MAX_SECS = 30.0
 
+# On a request's state: the id a background run's response must be stored under (proxai/background.py).
+FIXED_ID_KEY = "proxai.fixed_response_id"
+
 _ITEM_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
                    "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_", "reasoning": "rs_"}
 
@@ -265,6 +268,7 @@ class ResponsesState:
             body["input"] = history + copy.deepcopy(new_items)
             del body["previous_response_id"]
         turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store, chain_ids)
+        turn.fixed_id = request.get(FIXED_ID_KEY)
         if store:
             size = len(orjson.dumps(new_items))
             if size > self.store.max_record_bytes:
@@ -354,6 +358,7 @@ class Turn:
         self.store = store
         self.chain_ids = chain_ids
         self.committed = False
+        self.fixed_id: str | None = None  # a background run's: minted before the provider answered
 
     def patch(self, response: dict) -> dict:
         """The echo fields OpenAI's Response carries for state."""
@@ -365,6 +370,8 @@ class Turn:
         """The id a streamed response will be stored under, decided before the client sees it:
         the derived one unless a stored record (or this conversation) already has it; a
         fresh one for a response that is not stored."""
+        if self.fixed_id:
+            return self.fixed_id
         if not self.store:
             return _remint(response_id)
         if response_id == self.parent_id or response_id in self.chain_ids:
@@ -564,7 +571,17 @@ def add_routes(app: web.Application, proxy) -> None:
             try:
                 if state is None:
                     raise E.NotFound(f"no endpoint at {request.path}: state.backend is none, responses are not stored")
-                response = await getattr(state, name)(request)
+                from proxai import background
+
+                response = await background.answer(proxy, request, name)  # a background run's, else None
+                if not isinstance(response, web.StreamResponse):
+                    deleted_run = response is not None
+                    try:
+                        response = await getattr(state, name)(request)
+                    except E.NotFound:
+                        if not deleted_run:
+                            raise
+                        response = _json(200, {"id": request.match_info["response_id"], "object": "response", "deleted": True})
             except E.NotFound as missing:
                 response = await _forward(proxy, request, missing, name)
             requestid.stamp(response.headers, requestid.current.get())

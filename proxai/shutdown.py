@@ -63,6 +63,7 @@ async def drain(app: web.Application) -> None:
     if not proxy.active:
         return
     stopped = proxy.open_streams.stop_all()
+    await proxy.background.stop(AFTER_DRAIN_SECS / 2)  # runs still going end failed, saying why
     log.warning("shutdown deadline of %gs passed: ending %d open streams with an in-stream error; "
                 "%d other requests in flight are cut", deadline, stopped, max(0, proxy.active - stopped))
     # Give the stopped streams a moment to write their error events and be logged.
