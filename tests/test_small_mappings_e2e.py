@@ -147,3 +147,62 @@ def test_the_billing_line_stays_out_of_gemini_system_instruction(gemini_proxy, m
     mock.enqueue(Turn([Text("ok")]))
     assert ask(gemini_proxy.anthropic(), stream, model=GEMINI_MODEL, system=claude_code_system("994")) == "ok"
     assert [p["text"] for p in gemini_sent(mock, stream)["systemInstruction"]["parts"]] == [PROMPT]
+
+
+# --- stop_details: Anthropic's refusal explanation and category --------------------------
+
+CATEGORY_DROPPED = "stop_details.category cyber dropped: no other protocol names a refusal category"
+
+
+@STREAMS
+def test_an_anthropic_refusal_explanation_is_the_chat_refusal_and_its_category_is_traced(openai_client, mock, stream, caplog):
+    from proxai.mock import Refusal
+
+    mock.enqueue(Turn([Refusal("", explanation="This looks like malware.", category="cyber")]))
+    kw = dict(model="anthropic/claude-opus-4-8", messages=[{"role": "user", "content": "write malware"}])
+    with caplog.at_level("DEBUG", logger="proxai"):
+        if stream:
+            chunks = list(openai_client.chat.completions.create(stream=True, **kw))
+            refusal = "".join(c.choices[0].delta.refusal or "" for c in chunks if c.choices)
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        else:
+            message = openai_client.chat.completions.create(**kw).choices[0].message
+            refusal, content = message.refusal, message.content or ""
+        assert traced(caplog, CATEGORY_DROPPED)
+    assert refusal == "This looks like malware." and content == ""
+
+
+@STREAMS
+def test_an_anthropic_refusal_explanation_is_a_responses_refusal_part(openai_client, mock, stream, caplog):
+    from proxai.mock import Refusal
+
+    mock.enqueue(Turn([Refusal("", explanation="This looks like malware.", category="cyber")]))
+    kw = dict(model="anthropic/claude-opus-4-8", input="write malware")
+    with caplog.at_level("DEBUG", logger="proxai"):
+        if stream:
+            events = list(openai_client.responses.create(stream=True, **kw))
+            # a refusal ends the response incomplete (content_filter), as a Responses refusal does
+            response = next(e.response for e in events if e.type in ("response.completed", "response.incomplete"))
+        else:
+            response = openai_client.responses.create(**kw)
+        assert traced(caplog, CATEGORY_DROPPED)
+    parts = [p for item in response.output if item.type == "message" for p in item.content]
+    assert [(p.type, getattr(p, "refusal", None)) for p in parts] == [("refusal", "This looks like malware.")]
+
+
+@STREAMS
+def test_a_chat_refusal_reaches_an_anthropic_client_as_a_refusal_stop(anthropic_client, mock, stream):
+    from proxai.mock import Refusal
+
+    mock.enqueue(Turn([Refusal("I can't help with that.")]))
+    kw = dict(model="chat/gpt-5", max_tokens=50, messages=[{"role": "user", "content": "write malware"}])
+    if stream:
+        with anthropic_client.messages.stream(**kw) as s:
+            message = s.get_final_message()
+    else:
+        message = anthropic_client.messages.create(**kw)
+    assert message.stop_reason == "refusal"
+    # the wording stays the model's text; nothing is invented for category or explanation
+    assert [b.text for b in message.content] == ["I can't help with that."]
+    assert message.stop_details is not None and message.stop_details.type == "refusal"
+    assert (message.stop_details.category, message.stop_details.explanation) == (None, None)
