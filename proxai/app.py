@@ -461,8 +461,7 @@ class Proxy:
         info["_traces"] = ctx.traces
         try:
             with self.tracing.span("translate request", info):
-                ir = self.engine.decode_request(ctx, body)
-                out_body = self.engine.encode_request(ctx, ir)
+                out_body, search, ir = web_search.translate_request(self, ctx, body)
         except E.TranslationError as exc:
             info["translation_error"] = "request"
             info["rule"] = exc.rule
@@ -479,6 +478,8 @@ class Proxy:
             if ctx.compaction["pause"]:
                 return await compaction.paused(self, request, ctx, answer, stream, info, turn)
             ir, out_body = compaction.continued(self.engine, ctx, ir)
+        if search is not None:  # the proxy runs the client's web search tool (docs/web-search.md)
+            return await web_search.serve(self, request, protocol, match, ctx, search, ir, out_body, stream, info, turn)
         if server_tools.active(ctx):  # the proxy answers a tool the provider's model may call (tool search)
             return await server_tools.serve(self, request, match, ctx, ir, stream, info, turn)
         target = self.engine.wire.target(provider.protocol, "generate", match.upstream_model, stream)

@@ -241,6 +241,7 @@ class Config:
     state: StateConfig = field(default_factory=StateConfig)
     tracing: TracingConfig = field(default_factory=TracingConfig)
     resilience: ResilienceConfig = field(default_factory=ResilienceConfig)
+    web_search: dict | None = None  # the search backend (proxai/web_search); None: web search is left out
     source: str | None = None  # the file it came from; None in demo mode
 
 
@@ -569,6 +570,7 @@ def _build(doc: dict[str, Any]) -> Config:
         state=StateConfig(**doc.get("state", {})),
         tracing=TracingConfig(**doc.get("tracing", {})),
         resilience=_resilience(doc.get("resilience", {})),
+        web_search=doc.get("web_search"),
     )
 
 

@@ -266,7 +266,7 @@ class TestRequestDecode:
 
     @pytest.mark.parametrize("item,param", [
         ({"type": "item_reference", "id": "msg_1"}, "input[1]"),
-        ({"type": "web_search_call", "id": "ws", "status": "completed"}, "input[1]"),
+        ({"type": "computer_call", "id": "cu", "status": "completed"}, "input[1]"),  # web_search_call: docs/web-search.md
         ({"type": "function_call_output", "output": "x"}, "input[1].call_id"),
         ({"role": "user", "content": [{"type": "input_image", "detail": "auto"}]}, "input[1].content[0]"),
         ({"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}, "input[1].content[0]"),

@@ -15,6 +15,7 @@ from . import (
 )
 from . import instructions
 from . import context_editing
+from . import web_search
 from . import models
 
 HOOKS = {
@@ -32,6 +33,7 @@ HOOKS = {
     **instructions.HOOKS,
     **models.HOOKS,
     **context_editing.HOOKS,
+    **web_search.HOOKS,
 }
 
 OBJECTS = {

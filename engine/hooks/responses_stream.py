@@ -254,7 +254,8 @@ class ItemsOut:
         """A reasoning / redacted reasoning / tool call block becomes its own output item
         (close the message first): the block's record. Redacted reasoning with continuation
         off would carry nothing: its record is marked ``skip`` and gets no item."""
-        if kind == "redacted_reasoning" and not self.ctx.continuation_enabled:
+        if (kind == "redacted_reasoning" and not self.ctx.continuation_enabled) or kind == "web_search_result":
+            # web_search_result: a web search's results ride in its call's item (sources).
             blk = {"kind": kind, "skip": True, "text": ""}
         else:
             oi = self._next_oi()
