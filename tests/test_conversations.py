@@ -348,3 +348,25 @@ def test_two_server_processes_over_one_redis_share_a_conversation(harness, start
         ("user", "And now?"), ("assistant", "Still Ada.")]
     with pytest.raises(openai.NotFoundError):  # the tenant key is shared through the store, isolation too
         bob.conversations.retrieve(conv.id)
+
+
+def test_a_store_that_is_down_is_a_503_before_the_provider_is_called(proxy, client, mock, monkeypatch):
+    conv = client.conversations.create()
+    state = proxy.proxy.state
+
+    async def stay_down() -> None:
+        state.reason = "redis is unreachable"
+
+    monkeypatch.setattr(state, "_reconnect", stay_down)  # no reconnect while the test looks
+    state._went_down("redis is unreachable")
+    try:
+        calls = len(mock.requests)
+        for call in (lambda: client.conversations.create(),
+                     lambda: client.conversations.items.list(conv.id),
+                     lambda: client.responses.create(model="chat/up-model", input="hi", conversation=conv.id)):
+            with pytest.raises(openai.InternalServerError) as down:
+                call()
+            assert down.value.status_code == 503 and "state store is unavailable" in down.value.body["message"]
+        assert len(mock.requests) == calls
+    finally:
+        state._came_up()
