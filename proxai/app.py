@@ -29,6 +29,7 @@ from proxai.metrics import Metrics
 from proxai.origin import is_loopback as _is_loopback
 from proxai.relay import Relay
 from proxai.streaming import Outcome, StreamLoop, TranslatedStream
+from proxai.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json, json_response  # noqa: F401  (re-exported)
 from proxai.routing import RouteMatch, Router
 from proxai.transport import Transport, provider_headers, read_body, upstream_url
 from engine.wire import Target
@@ -40,9 +41,6 @@ REQUEST_ID_HEADER = requestid.HEADER
 DROPPED_TOOLS_HEADER = "x-proxai-dropped-tools"
 SSE_CONTENT_TYPE = "text/event-stream; charset=utf-8"
 
-PROXY_KEY: web.AppKey["Proxy"] = web.AppKey("proxai.proxy", object)  # type: ignore[arg-type]
-INFO_KEY: web.RequestKey[dict] = web.RequestKey("proxai.info", dict)
-CAPTURE_KEY: web.RequestKey[capture.RequestCapture] = web.RequestKey("proxai.capture", capture.RequestCapture)
 
 
 def protocol_for_path(app: web.Application):
@@ -157,7 +155,8 @@ class Proxy:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         info: dict[str, Any] = request[INFO_KEY]
         protocol = self.paths.generate[paths.canonical(request.path)]
-        self._authorize(request)
+        # where the protocol's clients send their key (headers.client_key), else the common headers
+        self.authorize(request, self.engine.wire.client_key(protocol, request.headers, request.rel_url.query))
         raw = await self.admit(request, info)
         with self.slot(), self.tracing.request(request.headers, request.method, request.path, info):
             return await self._proxy(request, protocol, info, raw)
@@ -208,7 +207,7 @@ class Proxy:
             if shared is not None:
                 shared.dec()
 
-    def _authorize(self, request: web.Request, key: str | None = None) -> None:
+    def authorize(self, request: web.Request, key: str | None = None) -> None:
         """Check the client key (`key`, else the one in x-api-key or Authorization) against
         server.api_keys; the matched client's name goes on the request's log record."""
         info = request.get(INFO_KEY)
@@ -230,9 +229,9 @@ class Proxy:
         if background.requested(body) and self.engine.wire.has(protocol, "stored_responses"):
             return await background.start(self, request, protocol, match, body, info)  # answers at once, runs on
         async with self.limits.stream_slot(info, stream):
-            return await self._serve(request, protocol, match, body, raw, stream, info)
+            return await self.serve(request, protocol, match, body, raw, stream, info)
 
-    async def _serve(self, request: web.Request, protocol: str, match: RouteMatch, body: dict, raw: bytes,
+    async def serve(self, request: web.Request, protocol: str, match: RouteMatch, body: dict, raw: bytes,
                      stream: bool, info: dict[str, Any]) -> web.StreamResponse:
         provider = match.provider
         plan = self.resilience.pools.plan(match)
@@ -268,7 +267,7 @@ class Proxy:
                 info["_owned_id"] = True  # the provider keeps this response: note whose it is (responses_state)
             target = self.engine.wire.target(protocol, "generate", match.upstream_model, stream)
             target = Target(target.path, target.query or request.rel_url.raw_query_string)
-            return await self._passthrough(request, protocol, provider, raw, stream, info, target,
+            return await self.passthrough(request, protocol, provider, raw, stream, info, target,
                                            body=body, answer_model=answer_model, conversation=conversation)
         turn = None
         if stateful:
@@ -280,9 +279,9 @@ class Proxy:
                     turn = conversation.around(turn, body)  # the conversation's items, then the turn's
                 if turns is not None:
                     turns.append((turn, body))
-        return await self._translate(request, protocol, match, body, stream, info, turn)
+        return await self.translate(request, protocol, match, body, stream, info, turn)
 
-    async def _passthrough(
+    async def passthrough(
         self, request: web.Request, protocol: str, provider: ProviderConfig, raw: bytes, stream: bool, info: dict,
         target: Target, body: dict | None = None, answer_model: str | None = None, conversation=None,
     ) -> web.StreamResponse:
@@ -290,9 +289,9 @@ class Proxy:
         rewrite = None
         if answer_model is not None:
             rewrite = response_model.rewriter(response_model.answer_key(self.engine.tables, protocol), answer_model)
-        upstream = await self._send(request, provider, raw, stream, info, target)
+        upstream = await self.send(request, provider, raw, stream, info, target)
         try:
-            await self._raise_for_status(upstream, provider)
+            await self.raise_for_status(upstream, provider)
             if not _is_event_stream(upstream):
                 if stream:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
@@ -307,7 +306,7 @@ class Proxy:
                 self.tracing.upstream_done(info, protocol, summary)
                 if rewrite is not None:
                     data = rewrite(data)
-                response = _json_response(upstream.status, data, upstream.headers, info, self.engine.wire)
+                response = json_response(upstream.status, data, upstream.headers, info, self.engine.wire)
                 relayed_type = upstream.headers.get("Content-Type", "")
                 if relayed_type and "json" not in relayed_type.lower():
                     response.headers["Content-Type"] = relayed_type  # relayed unchanged: not labelled JSON
@@ -402,7 +401,7 @@ class Proxy:
                 info["outcome"] = Outcome.CLIENT_DISCONNECTED.value
         return response
 
-    async def _send(
+    async def send(
         self, request: web.Request, provider: ProviderConfig, body: bytes, stream: bool, info: dict,
         target: Target,
     ) -> aiohttp.ClientResponse:
@@ -424,7 +423,7 @@ class Proxy:
             return capture.TeeUpstream(upstream, cap)  # type: ignore[return-value]
         return upstream
 
-    async def _raise_for_status(self, upstream: aiohttp.ClientResponse, provider: ProviderConfig) -> None:
+    async def raise_for_status(self, upstream: aiohttp.ClientResponse, provider: ProviderConfig) -> None:
         if 200 <= upstream.status < 300:
             return
         data = await read_body(upstream, provider, limit=64 * 1024)
@@ -453,7 +452,7 @@ class Proxy:
             **model_capabilities(match),
         )
 
-    async def _translate(
+    async def translate(
         self, request: web.Request, protocol: str, match: RouteMatch, body: dict, stream: bool, info: dict, turn=None
     ) -> web.StreamResponse:
         provider = match.provider
@@ -483,9 +482,9 @@ class Proxy:
         if server_tools.active(ctx):  # the proxy answers a tool the provider's model may call (tool search)
             return await server_tools.serve(self, request, match, ctx, ir, stream, info, turn)
         target = self.engine.wire.target(provider.protocol, "generate", match.upstream_model, stream)
-        upstream = await self._send(request, provider, dump_json(out_body), stream, info, target)
+        upstream = await self.send(request, provider, dump_json(out_body), stream, info, target)
         try:
-            await self._raise_for_status(upstream, provider)
+            await self.raise_for_status(upstream, provider)
             if not stream:
                 if _is_event_stream(upstream):
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} answered a non-streaming request with a stream")
@@ -511,7 +510,7 @@ class Proxy:
                     raise
                 if turn is not None:
                     client_body = await turn.finish_body(client_body)  # stored before it goes out
-                return _json_response(200, dump_json(client_body), upstream.headers, info, self.engine.wire)
+                return json_response(200, dump_json(client_body), upstream.headers, info, self.engine.wire)
             if not _is_event_stream(upstream):
                 raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
         except BaseException:
@@ -546,7 +545,7 @@ class Proxy:
         if settings.loopback_only and not _is_loopback(request.remote):
             raise E.NotFound(f"no endpoint at {request.path}")
         if settings.require_auth:
-            self._authorize(request)
+            self.authorize(request)
         body, content_type = self.metrics.render()
         response = web.Response(body=body)
         response.headers["Content-Type"] = content_type
@@ -556,26 +555,8 @@ class Proxy:
 # --- helpers ---------------------------------------------------------------------------
 
 
-def dump_json(body: Any) -> bytes:
-    try:
-        return orjson.dumps(body)
-    except TypeError:  # integers beyond 64 bits
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-
 def _is_event_stream(resp: aiohttp.ClientResponse) -> bool:
     return resp.headers.get("Content-Type", "").lower().startswith("text/event-stream")
-
-
-def _json_response(status: int, data: bytes, upstream_headers, info: dict, wire: engine.wire.Wire) -> web.Response:
-    response = web.Response(status=status, body=data)
-    response.headers["Content-Type"] = "application/json"
-    response.headers.update(E.preserved_headers(upstream_headers))
-    requestid.stamp(response.headers, info["request_id"], wire.request_id_header(info.get("client_protocol")),
-                    info.get("upstream_request_id"))
-    response.headers.update(info.get("_headers") or {})
-    info["status"] = status
-    return response
 
 
 def model_capabilities(match: RouteMatch) -> dict[str, Any]:

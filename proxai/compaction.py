@@ -44,9 +44,9 @@ async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dic
     seen = set(ctx.traces[:before])
     ctx.traces[before:] = [t for t in dict.fromkeys(ctx.traces[before:]) if t not in seen]
     target = engine.wire.target(provider.protocol, "generate", match.upstream_model, False)
-    upstream = await proxy._send(request, provider, _dump(body), False, info, target)
+    upstream = await proxy.send(request, provider, _dump(body), False, info, target)
     try:
-        await proxy._raise_for_status(upstream, provider)
+        await proxy.raise_for_status(upstream, provider)
         data = await read_body(upstream, provider, cap=proxy.config.server.max_upstream_body_bytes)
     finally:
         upstream.release()

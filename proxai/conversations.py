@@ -352,7 +352,7 @@ def add_routes(app: web.Application, proxy) -> None:
         method = getattr(endpoints, name)
 
         async def handle(request: web.Request) -> web.StreamResponse:
-            proxy._authorize(request)
+            proxy.authorize(request)
             response = await method(request)
             requestid.stamp(response.headers, requestid.current.get())
             return response

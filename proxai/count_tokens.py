@@ -44,7 +44,7 @@ def _handler(proxy, protocol: str, info_key):
     async def handle(request: web.Request) -> web.StreamResponse:
         info = request[info_key]
         info["client_protocol"] = protocol
-        proxy._authorize(request)
+        proxy.authorize(request)
         server = proxy.config.server
         # Read before taking a concurrency slot, as the generation endpoints do.
         raw = await ingress.read(request, server.max_request_body_bytes, server.request_body_timeout_secs)
@@ -68,7 +68,7 @@ def _check(wire, protocol: str, body: dict) -> None:
 
 
 async def count(proxy, protocol: str, request: web.Request, info: dict, raw: bytes) -> web.StreamResponse:
-    from proxai.app import dump_json  # the app imports this module to register its routes
+    from proxai.surface import dump_json  # the app imports this module to register its routes
 
     wire = proxy.engine.wire
     body = ingress.decode(raw)
@@ -85,11 +85,11 @@ async def count(proxy, protocol: str, request: web.Request, info: dict, raw: byt
         target = Target(target.path, target.query or request.rel_url.raw_query_string)
     else:
         payload = dump_json(_translate(proxy, request, protocol, match, body, info))
-    upstream = await proxy._send(request, provider, payload, False, info, target)
+    upstream = await proxy.send(request, provider, payload, False, info, target)
     try:
         if upstream.status in NO_ENDPOINT:
             return _estimate(wire, protocol, body, info)
-        await proxy._raise_for_status(upstream, provider)
+        await proxy.raise_for_status(upstream, provider)
         data = await read_body(upstream, provider)
     finally:
         upstream.release()  # back to the pool once read; closed when not

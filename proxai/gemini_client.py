@@ -44,7 +44,7 @@ def is_gemini_path(path: str) -> bool:
 def authorize(proxy, request: web.Request) -> None:
     # x-goog-api-key or ?key= (the descriptor's headers.client_key), else a bearer token or
     # x-api-key, as other clients send
-    proxy._authorize(request, proxy.engine.wire.client_key(GEMINI, request.headers, request.rel_url.query))
+    proxy.authorize(request, proxy.engine.wire.client_key(GEMINI, request.headers, request.rel_url.query))
 
 
 def register(app: web.Application, proxy, info_key, capture_key) -> None:
@@ -108,7 +108,7 @@ async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: s
     async def serve_on(target) -> web.StreamResponse:
         if target.provider.protocol == info["client_protocol"]:
             return await passthrough(proxy, request, target, raw, stream, info)
-        return await proxy._translate(request, GEMINI, target, dict(body), stream, info)
+        return await proxy.translate(request, GEMINI, target, dict(body), stream, info)
 
     plan = proxy.resilience.pools.plan(match)
     if plan is None:
@@ -126,12 +126,12 @@ async def passthrough(proxy, request: web.Request, match, raw: bytes, stream: bo
     """Gemini to Gemini: the body as sent, to the route's model; only `alt=sse` of the query
     goes on (the client's `key` never does)."""
     target = proxy.engine.wire.target(GEMINI, "generate", match.upstream_model, stream)
-    return await proxy._passthrough(request, GEMINI, match.provider, raw, stream, info, target,
+    return await proxy.passthrough(request, GEMINI, match.provider, raw, stream, info, target,
                                     answer_model=response_model.answer_model(match, info.get("model")))
 
 
 async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str) -> web.Response:
-    from proxai.app import dump_json
+    from proxai.surface import dump_json
 
     body = ingress.decode(raw)
     # countTokens takes {contents} or a whole {generateContentRequest}.
@@ -149,14 +149,14 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
         return _estimate(source, info)
     same = provider.protocol == info["client_protocol"]
     if same:
-        upstream = await proxy._send(request, provider, raw, False, info, target)
+        upstream = await proxy.send(request, provider, raw, False, info, target)
     else:
         payload = count_tokens._translate(proxy, request, GEMINI, match, source, info)
-        upstream = await proxy._send(request, provider, dump_json(payload), False, info, target)
+        upstream = await proxy.send(request, provider, dump_json(payload), False, info, target)
     try:
         if upstream.status in count_tokens.NO_ENDPOINT:
             return _estimate(source, info)
-        await proxy._raise_for_status(upstream, provider)
+        await proxy.raise_for_status(upstream, provider)
         data = await read_body(upstream, provider)
     finally:
         upstream.release()

@@ -139,7 +139,7 @@ def _authorize(proxy, request: web.Request, family: str) -> None:
         from proxai import gemini_client
 
         return gemini_client.authorize(proxy, request)
-    proxy._authorize(request)
+    proxy.authorize(request)
 
 
 def register(app: web.Application, proxy, info_key) -> None:

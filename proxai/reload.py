@@ -199,7 +199,7 @@ RELOADER_KEY: web.AppKey[Reloader] = web.AppKey("proxai.reloader", Reloader)
 
 def attach(app: web.Application, load_config: Callable[[], Config], *, watch: float | None = None) -> Reloader:
     """Reload `app`'s proxy on SIGHUP (and every `watch` seconds when files changed)."""
-    from proxai.app import PROXY_KEY
+    from proxai.surface import PROXY_KEY
 
     reloader = Reloader(app[PROXY_KEY], load_config)
     app[RELOADER_KEY] = reloader

@@ -566,7 +566,7 @@ def add_routes(app: web.Application, proxy) -> None:
 
     def handler(name: str):
         async def handle(request: web.Request) -> web.StreamResponse:
-            proxy._authorize(request)
+            proxy.authorize(request)
             state = proxy.state
             try:
                 if state is None:
@@ -659,7 +659,7 @@ async def _forward(proxy, request: web.Request, missing: E.NotFound, endpoint: s
     query = [(key, value) for key, value in request.query.items() if key in allowed]
     upstream = await proxy.transport.forward(wire, provider, request.method, path, query, request.headers)
     try:
-        await proxy._raise_for_status(upstream, provider)
+        await proxy.raise_for_status(upstream, provider)
         data = await read_body(upstream, provider, cap=proxy.config.server.max_upstream_body_bytes)
     finally:
         upstream.release()

@@ -127,7 +127,7 @@ async def complete(turns: Turns, response: dict, fetch: Callable[[dict], Awaitab
 async def serve(proxy, request: web.Request, match, ctx, ir: dict, stream: bool, info: dict, turn=None) -> web.StreamResponse:
     """A translated request that declares a server tool: the provider's calls, the runs
     between them, and one answer in the client's protocol."""
-    from proxai.app import _json_response, dump_json
+    from proxai.surface import dump_json, json_response
 
     engine, provider = proxy.engine, match.provider
     target = engine.wire.target(provider.protocol, "generate", match.upstream_model, False)
@@ -135,9 +135,9 @@ async def serve(proxy, request: web.Request, match, ctx, ir: dict, stream: bool,
     headers: dict = {}
 
     async def fetch(body: dict) -> dict:
-        upstream = await proxy._send(request, provider, dump_json(body), False, info, target)
+        upstream = await proxy.send(request, provider, dump_json(body), False, info, target)
         try:
-            await proxy._raise_for_status(upstream, provider)
+            await proxy.raise_for_status(upstream, provider)
             data = await read_body(upstream, provider, cap=proxy.config.server.max_upstream_body_bytes)
             headers.update(upstream.headers)
         finally:
@@ -154,7 +154,7 @@ async def serve(proxy, request: web.Request, match, ctx, ir: dict, stream: bool,
         body = engine.encode_answer(ctx, answer)
         if turn is not None:
             body = await turn.finish_body(body)
-        return _json_response(200, dump_json(body), headers, info, engine.wire)
+        return json_response(200, dump_json(body), headers, info, engine.wire)
     if ctx.response_model is not None:
         answer["model"] = ctx.response_model
     translator = engine.open_stream(ctx)

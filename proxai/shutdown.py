@@ -49,7 +49,7 @@ class OpenStreams:
 
 async def drain(app: web.Application) -> None:
     """The app's on_shutdown hook."""
-    from proxai.app import PROXY_KEY
+    from proxai.surface import PROXY_KEY
 
     proxy = app[PROXY_KEY]
     deadline = proxy.config.server.shutdown_timeout_secs

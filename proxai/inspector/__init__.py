@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from proxai import capture
-    from proxai.app import Proxy
+    from proxai.surface import Proxy
 
 __all__ = ["Inspector", "PREFIX"]
 

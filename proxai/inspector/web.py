@@ -30,7 +30,7 @@ from proxai.inspector.record import Ring
 from proxai.origin import is_loopback, loopback_host
 
 if TYPE_CHECKING:
-    from proxai.app import Proxy
+    from proxai.surface import Proxy
 
 PREFIX = "/_proxai"
 STATIC = Path(__file__).resolve().parent / "static"
