@@ -19,6 +19,7 @@ import engine
 from proxai import capture, clients, count_tokens, gemini_client, ingress, inspector, limits, models_endpoint, origin, paths, pools, readiness, reload, requestid, responses_state, retry, serving, shutdown, tracing
 from proxai import compaction, conversations, response_model, server_tools, web_search
 from proxai import background
+from proxai import responses_ws
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -633,7 +634,8 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
                 cap.whole("outbound_response", capture.status_line(response.status, response.reason),
                           response.headers.items(), bytes(response.body))
             cap.close()
-        if request.path not in _UNLOGGED and not request.path.startswith(inspector.PREFIX):
+        # a Responses WebSocket logs each of its turns (responses_ws), not the socket
+        if request.path not in _UNLOGGED and not request.path.startswith(inspector.PREFIX) and "_socket" not in info:
             if response is None:  # cancelled: the client went away
                 info.setdefault("outcome", Outcome.CLIENT_DISCONNECTED.value)
                 info.setdefault("status", 499)
@@ -711,6 +713,7 @@ def build_app(
     responses_state.add_routes(app, proxy)
     conversations.add_routes(app, proxy)
     background.add_routes(app, proxy)
+    responses_ws.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)
     app.router.add_get("/readyz", proxy.readyz)
     if config.server.metrics.enabled:
