@@ -7,7 +7,9 @@ rules/tables/context_management.yaml). The client's answer opens with the compac
 (its encoders read the summary from the context). With ``pause_after_compaction`` the
 answer is that block alone, stop reason ``compaction``; otherwise the provider is asked
 the client's request with the summary in place of the history, and the answer goes on
-from there. A later request that carries the block back is expanded by the decoder's hook.
+from there. An on-demand compaction request (``compaction: {type: summarize}``) is
+answered like a pause, its instructions in place of the prompt. A later request that
+carries the block back is expanded by the decoder's hook.
 """
 from __future__ import annotations
 
@@ -37,7 +39,8 @@ async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dic
     """Run the compaction ``ctx.compaction`` asks for: the summary goes on the context (for
     the answer's compaction block) and the answer (IR) of the summarisation call is returned."""
     engine, provider = proxy.engine, match.provider
-    ask = context_editing.summary_request(ir, ctx.compaction.get("instructions"), engine.tables)
+    ask = context_editing.summary_request(ir, ctx.compaction.get("instructions"), engine.tables,
+                                          replace=ctx.compaction.get("replace", False))
     before = len(ctx.traces)
     body = engine.encode_request(ctx, ask)
     # The request was fitted once already: keep only the notes this encoding adds.

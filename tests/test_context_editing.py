@@ -131,3 +131,16 @@ def test_no_edits_report_nothing_applied_and_say_so():
     out, ctx = translate(body(tool_turns(1)))
     assert ctx.context_management == {"applied_edits": []} and "context_management" not in out
     assert "context_management run by the proxy: no edits" in ctx.traces
+
+
+@pytest.mark.parametrize("value,param", [({"type": "compact"}, "compaction.type"), ("summarize", "compaction.type"),
+                                         ({"type": "summarize", "instructions": 3}, "compaction.instructions")])
+def test_a_malformed_compaction_request_names_the_field(value, param):
+    with pytest.raises(engine.InvalidRequest) as err:
+        translate({"model": "m", "max_tokens": 10, "messages": tool_turns(1), "compaction": value})
+    assert err.value.param == param
+
+
+def test_a_compaction_request_is_marked_whatever_the_size():
+    out, ctx = translate({"model": "m", "max_tokens": 10, "messages": tool_turns(1), "compaction": {"type": "summarize"}})
+    assert ctx.compaction == {"instructions": None, "pause": True, "replace": True} and "compaction" not in out

@@ -231,3 +231,31 @@ def test_toward_anthropic_context_management_is_forwarded_with_its_beta(client, 
     record = mock.requests[-1]
     assert record.body["context_management"] == config and record.body["messages"] == messages
     assert set(record.headers["anthropic-beta"].split(",")) >= {*BETAS, *COMPACT_BETAS}
+
+
+# --- on-demand compaction (compaction: {type: summarize}) ---------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_compaction_request_answers_with_the_block_alone(client, mock, provider, stream):
+    mock.enqueue(Turn([Text("<summary>ON-DEMAND</summary>")]))
+    before = len(mock.requests)
+    out = create(client, stream, model=MODELS[provider], messages=[{"role": "user", "content": "SHORT-HISTORY"}],
+                 compaction={"type": "summarize", "instructions": "ONLY-THIS-PROMPT"}, betas=["compact-2026-09-04"])
+    assert len(mock.requests) == before + 1
+    ask = wire(mock)
+    # whatever the history's size; the instructions replace the proxy's prompt
+    assert "SHORT-HISTORY" in ask and "ONLY-THIS-PROMPT" in ask and "<summary></summary>" not in ask
+    assert out.stop_reason == "compaction"
+    [block] = out.content
+    assert isinstance(block, BetaCompactionBlock) and block.content == "ON-DEMAND"
+
+
+def test_a_compaction_request_with_context_management_is_a_400(client, mock):
+    before = len(mock.requests)
+    with pytest.raises(anthropic.BadRequestError) as err:
+        create(client, False, model="chat/gpt", messages=history(1), tools=TOOLS, compaction={"type": "summarize"},
+               context_management={"edits": [COMPACT]}, betas=["compact-2026-09-04"])
+    assert "compaction cannot be combined with context_management" in err.value.body["error"]["message"]
+    assert len(mock.requests) == before

@@ -14,6 +14,9 @@ provider protocol gets them), in the order the client listed them:
   compaction (``ctx.compaction``); proxai/compaction.py asks the routed model for the
   summary and the client's answer opens with the compaction block.
 
+An on-demand compaction request (the top-level ``compaction: {type: summarize}``) is
+marked the same way, whatever the history's size, for the compaction block alone.
+
 A history that carries a compaction block is expanded first, whether or not the request
 asks for compaction: the block's summary replaces everything before it, as Anthropic's
 API does. Input tokens are the proxy's estimate (proxai/token_estimate.py) of the
@@ -64,12 +67,16 @@ def apply(scope, tables=None):
     if not isinstance(ir, dict) or ctx is None:
         return ir
     config = ir.pop("context_management", None)
+    on_demand = ir.pop("compaction", None)
     messages = ir.get("messages") if isinstance(ir.get("messages"), list) else []
     expanded = expand(messages, tables)
     if expanded is not None:
         messages = expanded
         ir = {**ir, "messages": messages}
         ctx.trace("compaction block: the history before it replaced by its summary")
+    if on_demand is not None:
+        _compaction_request(on_demand, config, ctx)
+        return ir
     if config is None:
         return ir
     edits = validate(config)
@@ -124,6 +131,20 @@ def _as_provider_sees(body: dict) -> dict:
                     rest.append({**messages[i], "content": content[j + 1:]})
                 return {**body, "messages": rest + messages[i + 1:]}
     return body
+
+
+def _compaction_request(value, config, ctx) -> None:
+    """``compaction: {type: summarize, instructions}`` (on-demand compaction): the answer is
+    the compaction block alone, whatever the history's size; instructions replace the prompt."""
+    if not isinstance(value, dict) or value.get("type") != "summarize":
+        _fail("compaction must be {type: 'summarize'} (with optional instructions)", "compaction.type")
+    if config is not None:
+        _fail("compaction cannot be combined with context_management", "compaction")
+    instructions = value.get("instructions")
+    if instructions is not None and not isinstance(instructions, str):
+        _fail("compaction.instructions must be a string", "compaction.instructions")
+    ctx.compaction = {"instructions": instructions, "pause": True, "replace": True}
+    ctx.trace("compaction request: the history is summarised by the routed model")
 
 
 # --- validation -------------------------------------------------------------------------
@@ -323,11 +344,12 @@ def expand(messages: list, tables) -> list | None:
     return out
 
 
-def summary_request(ir: dict, instructions, tables) -> dict:
-    """The IR request that asks the routed model for the summary of ``ir``'s history."""
+def summary_request(ir: dict, instructions, tables, replace: bool = False) -> dict:
+    """The IR request that asks the routed model for the summary of ``ir``'s history. The
+    edit's instructions follow the prompt; an on-demand request's replace it (``replace``)."""
     prompt = text(tables, "prompt")
     if isinstance(instructions, str) and instructions.strip():
-        prompt = f"{prompt}\n\n{instructions.strip()}"
+        prompt = instructions.strip() if replace else f"{prompt}\n\n{instructions.strip()}"
     messages = [*(ir.get("messages") or ()), {"role": "user", "content": [{"type": "text", "text": prompt}]}]
     out = {k: v for k, v in ir.items() if k not in ("response_format", "stop", "tool_choice", "parallel_tool_calls")}
     out.update(messages=messages, stream=False)
