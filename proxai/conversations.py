@@ -425,8 +425,8 @@ class ConversationTurn:
         if self.appended or response.get("status") not in _STORED_STATUSES:
             return
         output = response.get("output")
-        items = self.input_items + [copy.deepcopy(item) for item in output if isinstance(item, dict)] \
-            if isinstance(output, list) else list(self.input_items)
+        outputs = [copy.deepcopy(item) for item in output if isinstance(item, dict)] if isinstance(output, list) else []
+        items = self.input_items + outputs
 
         def extend(doc: dict) -> None:
             doc["items"].extend(items)
