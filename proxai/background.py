@@ -355,7 +355,7 @@ async def start(proxy, request: web.Request, protocol: str, match, body: dict, i
     run = Run(runs, state, tenant, response_id, None if passthrough else _queued(proxy, protocol, body, response_id))
     run_info = {key: value for key, value in info.items() if not key.startswith("_") or key in ("_client", "_started")}
     run_info.update(method="BACKGROUND", stream=True, _started=time.monotonic())
-    from proxai.app import INFO_KEY, dump_json
+    from proxai.surface import INFO_KEY, dump_json
 
     detached = _DetachedRequest(request, run, {INFO_KEY: run_info, FIXED_ID_KEY: response_id})
     slot = proxy.limits.stream_slot(run_info, True)
@@ -363,7 +363,7 @@ async def start(proxy, request: web.Request, protocol: str, match, body: dict, i
     try:
         await runs.keep_alive(state)
     except StateError as exc:
-        await slot.release()
+        await slot.__aexit__(None, None, None)
         raise _unavailable(exc) from None
     raw = dump_json(run_body)
     task = asyncio.get_running_loop().create_task(_execute(proxy, run, detached, protocol, match, run_body, raw, run_info, slot))
@@ -405,7 +405,7 @@ async def _execute(proxy, run: Run, request, protocol: str, match, body: dict, r
     if shared is not None:
         shared.inc()
     try:
-        await proxy._serve(request, protocol, match, body, raw, True, info)
+        await proxy.serve(request, protocol, match, body, raw, True, info)
         if not run.terminal:
             message = (run.error or {}).get("message") or "the provider's stream ended before the response was complete"
             run.fail(message)
@@ -432,7 +432,7 @@ async def _execute(proxy, run: Run, request, protocol: str, match, body: dict, r
         proxy.active -= 1
         if shared is not None:
             shared.dec()
-        await slot.release()
+        await slot.__aexit__(None, None, None)
         if run.writer_task is not None:
             run.writer_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -604,7 +604,7 @@ _DELETED = object()  # the run's own keys are gone; the stored response (if any)
 
 async def cancel(proxy, request: web.Request) -> web.Response:
     """POST /v1/responses/{id}/cancel."""
-    proxy._authorize(request)
+    proxy.authorize(request)
     state = proxy.state
     response_id = request.match_info["response_id"]
     if state is None:
@@ -653,4 +653,7 @@ def _stamped(response: web.Response) -> web.Response:
 
 
 def add_routes(app: web.Application, proxy) -> None:
-    app.router.add_post("/v1/responses/{response_id}/cancel", lambda request: cancel(proxy, request))
+    async def handle(request: web.Request) -> web.Response:
+        return await cancel(proxy, request)
+
+    app.router.add_post("/v1/responses/{response_id}/cancel", handle)

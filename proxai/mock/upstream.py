@@ -23,6 +23,8 @@ from .turn import Turn
 PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
 # Token counting: with an empty queue the answer counts one token per 4 bytes of the body.
 COUNT_PATHS = {"/v1/messages/count_tokens": ANTHROPIC, "/v1/responses/input_tokens": RESPONSES}
+# Responses compaction (responses.compact): with an empty queue, the input's user messages and one compaction item.
+COMPACT_PATH = "/v1/responses/compact"
 RENDERERS = {CHAT: render_chat, RESPONSES: render_responses, ANTHROPIC: render_anthropic, GEMINI: render_gemini}
 # Gemini names the model and the method in the path: /v1beta/models/{model}:{method}.
 GEMINI_PATH = re.compile(r"^/v1(?:beta)?/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
@@ -39,6 +41,15 @@ class Recorded:
     method: str = "POST"
     query: str = ""  # the raw query string
     raw_path: str = ""  # the path as it came on the request line, still escaped
+
+
+def _compacted(body: dict) -> dict:
+    items = body.get("input") if isinstance(body.get("input"), list) else [{"role": "user", "content": body.get("input")}]
+    kept = [i for i in items if isinstance(i, dict) and i.get("role") == "user"]
+    return {"id": "cmp_mock", "object": "response.compaction", "created_at": int(time.time()),
+            "output": [*kept, {"id": "cmp_item_mock", "type": "compaction", "encrypted_content": "provider-opaque"}],
+            "usage": {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
+                      "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}}
 
 
 def protocol_for_path(path: str) -> str:
@@ -88,6 +99,7 @@ class MockUpstream:
 
     def __init__(self) -> None:
         self.requests: list[Recorded] = []
+        self.cut_short = 0  # streams the client (the proxy) went away from before their end
         self._queue: deque = deque()
         self.responder = None
         # Anthropic's thinking rule in tool loops: what was sent is what must come back.
@@ -111,6 +123,7 @@ class MockUpstream:
         self._queue.clear()
         self.responder = None
         self.requests.clear()
+        self.cut_short = 0
         self.thinking.clear()
 
     @property
@@ -200,6 +213,9 @@ class MockUpstream:
             if callable(reply):
                 reply = reply(record)
             return await self._answer(request, protocol, record.body or {}, reply)
+        if path == COMPACT_PATH and request.method == "POST":
+            reply = self._queue.popleft() if self._queue else Json(_compacted(record.body or {}))
+            return await self._answer(request, protocol, record.body or {}, reply(record) if callable(reply) else reply)
         if path not in PATHS:
             return _json(404, native_error_body(protocol, 404, f"no route for {path}"))
         if request.method != "POST":
@@ -279,6 +295,7 @@ class MockUpstream:
                         await resp.write(pending)
                         pending = b""
                     if not await self._sleep(request, wait):
+                        self.cut_short += 1
                         return resp
                 if s.split_bytes:
                     pending += blob
