@@ -20,6 +20,7 @@ from proxai import capture, clients, count_tokens, gemini_client, ingress, inspe
 from proxai import compaction, conversations, response_model, server_tools, web_search
 from proxai import background
 from proxai import responses_ws
+from proxai import responses_compact
 from proxai.caching import caching_context
 from proxai import errors as E
 from proxai.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
@@ -714,6 +715,7 @@ def build_app(
     conversations.add_routes(app, proxy)
     background.add_routes(app, proxy)
     responses_ws.add_routes(app, proxy)
+    responses_compact.add_routes(app, proxy)
     app.router.add_get("/healthz", proxy.healthz)
     app.router.add_get("/readyz", proxy.readyz)
     if config.server.metrics.enabled:

@@ -168,6 +168,31 @@ def _stored(method: str, suffix: str = ""):
     return probe
 
 
+def _background_run(env: Env) -> str:
+    """A background response still running (its provider answers slowly)."""
+    env.mock.enqueue(Turn([Text("one two three four", chunks=["one ", "two ", "three ", "four"])], delay_secs=0.2))
+    status, body = env.call("POST", "/v1/responses", json={"model": env.model, "input": "hi", "background": True})
+    assert status == 200 and body["background"] is True, body
+    return body["id"]
+
+
+def _resume(env: Env) -> Seen:
+    response_id = _background_run(env)
+    mark = env.mark()
+    response = env.http.get(f"/v1/responses/{response_id}", params={"stream": "true", "starting_after": "2"})
+    numbers = [int(n) for n in re.findall(r'"sequence_number":(\d+)', response.text)]
+    assert numbers and min(numbers) == 3 and "response.completed" in response.text, response.text[-500:]
+    return Seen(response.status_code, {}, any(r.method == "GET" for r in env.since(mark)))
+
+
+def _cancel(env: Env) -> Seen:
+    response_id = _background_run(env)
+    mark = env.mark()
+    status, body = env.call("POST", f"/v1/responses/{response_id}/cancel")
+    assert status != 200 or body["status"] == "cancelled", body
+    return Seen(status, body, any("/cancel" in r.path for r in env.since(mark)))
+
+
 def _conversations(method: str, suffix: str = "", body=None, item: bool = False):
     def probe(env: Env) -> Seen:
         conversation_id = env.conversation()["id"] if suffix is not None else ""
@@ -192,6 +217,8 @@ PROBES = {
     ("POST /v1/responses", "context_management"): _with_param("context_management", [{"type": "compaction"}]),
     ("POST /v1/responses/input_tokens", ""): _input_tokens,
     ("GET /v1/responses/{response_id}", ""): _stored("GET"),
+    ("GET /v1/responses/{response_id}", "starting_after"): _resume,
+    ("POST /v1/responses/{response_id}/cancel", ""): _cancel,
     ("DELETE /v1/responses/{response_id}", ""): _stored("DELETE"),
     ("GET /v1/responses/{response_id}/input_items", ""): _stored("GET", "/input_items"),
     ("POST /v1/conversations", ""): _conversations("POST", None, {"metadata": {"k": "v"}}),

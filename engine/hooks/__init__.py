@@ -16,6 +16,7 @@ from . import (
 from . import instructions
 from . import context_editing
 from . import web_search
+from . import compaction_items
 from . import models
 
 HOOKS = {
@@ -34,6 +35,7 @@ HOOKS = {
     **models.HOOKS,
     **context_editing.HOOKS,
     **web_search.HOOKS,
+    **compaction_items.HOOKS,
 }
 
 OBJECTS = {
