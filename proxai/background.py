@@ -41,7 +41,7 @@ import engine
 from proxai import errors as E
 from proxai import requestid
 from proxai.logs import log_request
-from proxai.responses_state import FIXED_ID_KEY, StateUnavailable, _frame
+from proxai.responses_state import StateUnavailable, _frame
 from proxai.sse import encode_event
 from proxai.state import StateError
 
@@ -124,6 +124,8 @@ class _Sink:
 class _DetachedRequest:
     """The client's request as the pipeline reads it (headers, query, version), with its own
     state and a response writer that feeds the run: the client's connection may be gone."""
+
+    fixed_response_id: str | None = None
 
     def __init__(self, request: web.Request, run: "Run", state: dict):
         self._inner = request
@@ -357,7 +359,8 @@ async def start(proxy, request: web.Request, protocol: str, match, body: dict, i
     run_info.update(method="BACKGROUND", stream=True, _started=time.monotonic())
     from proxai.surface import INFO_KEY, dump_json
 
-    detached = _DetachedRequest(request, run, {INFO_KEY: run_info, FIXED_ID_KEY: response_id})
+    detached = _DetachedRequest(request, run, {INFO_KEY: run_info})
+    detached.fixed_response_id = response_id  # the id the stored response takes (responses_state.Turn)
     slot = proxy.limits.stream_slot(run_info, True)
     await slot.__aenter__()  # the client's concurrent_streams: refused now, in its own shape
     try:

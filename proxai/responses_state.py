@@ -60,9 +60,6 @@ PROBE_EVERY_SECS = 2.0  # how soon a store that went down shows in /readyz, the 
 RECONNECT_MIN_SECS = 0.5
 RECONNECT_MAX_SECS = 30.0
 
-# On a request's state: the id a background run's response must be stored under (proxai/background.py).
-FIXED_ID_KEY = "proxai.fixed_response_id"
-
 _ITEM_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
                    "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_", "reasoning": "rs_"}
 
@@ -268,7 +265,7 @@ class ResponsesState:
             body["input"] = history + copy.deepcopy(new_items)
             del body["previous_response_id"]
         turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store, chain_ids)
-        turn.fixed_id = request.get(FIXED_ID_KEY)
+        turn.fixed_id = getattr(request, "fixed_response_id", None)  # a background run's request has one
         if store:
             size = len(orjson.dumps(new_items))
             if size > self.store.max_record_bytes:
