@@ -196,3 +196,21 @@ def test_another_tenant_cannot_see_or_cancel_a_run(proxy, client, mock, harness,
     with pytest.raises(openai.NotFoundError):
         b.responses.cancel(created.id)
     assert a.responses.cancel(created.id).status == "cancelled"
+
+
+def test_a_run_holds_one_of_its_clients_concurrent_streams(harness, start_proxy, mock):
+    doc = gemini_config(harness.mock_url)
+    doc["state"] = {"backend": "memory"}
+    doc["server"] = {"api_keys": [{"name": "team-a", "key": "key-a", "limits": {"concurrent_streams": 1}}]}
+    keyed = start_proxy(doc)
+    c = openai.OpenAI(base_url=keyed.url + "/v1", api_key="key-a", max_retries=0)
+    mock.enqueue(slow_turn(10, 0.1))
+    created = c.responses.create(model="anthropic/m", input="hi", background=True)
+    with pytest.raises(openai.RateLimitError) as err:
+        c.responses.create(model="anthropic/m", input="again", background=True)
+    assert "concurrent_streams (1)" in err.value.body["message"]
+    assert wait_final(c, created.id).status == "completed"
+    time.sleep(0.2)  # the slot is freed when the run ends
+    mock.enqueue(Turn(blocks=[Text("ok")]))
+    again = c.responses.create(model="anthropic/m", input="again", background=True)
+    assert wait_final(c, again.id).output_text == "ok"
