@@ -256,3 +256,29 @@ def test_the_mock_refuses_misplaced_system_messages_like_anthropic(harness, mock
     else:
         with pytest.raises(anthropic.BadRequestError, match=error):
             upstream.messages.create(model=model, max_tokens=5, messages=messages)
+
+
+@STREAMS
+def test_a_system_message_after_tool_results_keeps_the_thinking_rule_of_the_turn(openai_client, mock, stream, caplog):
+    """A system message in place ends the request, after the tool results: the tool-use turn
+    is still the one in progress, and with no thinking block to restore thinking goes off
+    (the mock, as Anthropic, refuses it otherwise)."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+    history = [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "sunny"},
+        {"role": "developer", "content": FRENCH},
+    ]
+    mock.enqueue(Turn([Text("Ensoleillé.")]))
+    kw = dict(model=NATIVE_MODEL, messages=history, tools=tools, reasoning_effort="high")
+    with caplog.at_level("DEBUG", logger="proxai"):
+        if stream:
+            text = "".join(c.choices[0].delta.content or "" for c in openai_client.chat.completions.create(stream=True, **kw) if c.choices)
+        else:
+            text = openai_client.chat.completions.create(**kw).choices[0].message.content
+        assert traced(caplog, "thinking off for this request")
+    assert text == "Ensoleillé."
+    body = received(mock)
+    assert roles(body) == ["user", "assistant", "user", "system"] and "thinking" not in body

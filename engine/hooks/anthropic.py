@@ -62,10 +62,12 @@ def turn_in_progress(messages) -> list[int]:
     """Indexes of the assistant messages of the tool-use turn a request continues:
     those after the last user message with no tool_result (a tool loop is one
     assistant turn), when the request ends with tool results; else none."""
-    if not messages or not _has_tool_result(messages[-1]):
+    # System messages in place (engine/hooks/instructions.py) are not turns: skipped.
+    turns = [i for i, m in enumerate(messages or ()) if not (isinstance(m, dict) and m.get("role") == "system")]
+    if not turns or not _has_tool_result(messages[turns[-1]]):
         return []
     out: list[int] = []
-    for i in range(len(messages) - 1, -1, -1):
+    for i in reversed(turns):
         msg = messages[i]
         if msg.get("role") == "assistant":
             out.append(i)
