@@ -38,11 +38,13 @@ def _dump(body) -> bytes:
 async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dict) -> dict:
     """Run the compaction ``ctx.compaction`` asks for: the summary goes on the context (for
     the answer's compaction block) and the answer (IR) of the summarisation call is returned."""
-    engine, provider = proxy.engine, match.provider
+    engine = proxy.engine
+    match, writer = _writer(proxy, request, match, ctx)
+    provider = match.provider
     ask = context_editing.summary_request(ir, ctx.compaction.get("instructions"), engine.tables,
                                           replace=ctx.compaction.get("replace", False))
     before = len(ctx.traces)
-    body = engine.encode_request(ctx, ask)
+    body = engine.encode_request(writer, ask)
     # The request was fitted once already: keep only the notes this encoding adds.
     seen = set(ctx.traces[:before])
     ctx.traces[before:] = [t for t in dict.fromkeys(ctx.traces[before:]) if t not in seen]
@@ -54,7 +56,7 @@ async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dic
     finally:
         upstream.release()
     try:
-        answer = engine.decode_response(ctx, orjson.loads(data))
+        answer = engine.decode_response(writer, orjson.loads(data))
     except orjson.JSONDecodeError:
         raise E.UpstreamProtocolError(f"provider {provider.name!r} answered with a body that is not JSON") from None
     summary = context_editing.summary_of(answer)
@@ -65,6 +67,20 @@ async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dic
     ctx.trace(f"compact_20260112: history summarised by the routed model ({usage.get('input_tokens', '?')} input, "
               f"{usage.get('output_tokens', '?')} output tokens; summary ~{context_editing.tokens(summary)} tokens)")
     return answer
+
+
+def _writer(proxy, request: web.Request, match, ctx):
+    """(route match, translation context) of the model that writes the summary: the route's
+    ``compaction_model`` when it names one (routed like a client's model name; the summary
+    is text, so any provider's will do), else the routed model itself."""
+    name = match.config.compaction_model if match.config is not None else None
+    if not name:
+        return match, ctx
+    other = proxy.router.resolve(name, ctx.client_protocol)
+    writer = proxy.translation_context(request, ctx.client_protocol, other, ctx.client_body)
+    writer.traces = ctx.traces  # one request, one list of notes
+    ctx.trace(f"compaction summary written by compaction_model {name!r} (provider {other.provider.name!r})")
+    return other, writer
 
 
 def continued(engine, ctx, ir: dict) -> tuple[dict, dict]:

@@ -172,6 +172,9 @@ class RouteConfig:
     # Which model name answers carry when the route renames the model: the client's (default)
     # or the upstream's (proxai/response_model.py).
     response_model: str = "client"
+    # The model that writes compaction summaries for this route's models (routed like a
+    # client's model name; None: the routed model itself). proxai/compaction.py
+    compaction_model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -533,6 +536,7 @@ def _build(doc: dict[str, Any]) -> Config:
             max_output_tokens=r.get("max_output_tokens"),
             mid_conversation_system=r.get("mid_conversation_system"),
             response_model=r.get("response_model", "client"),
+            compaction_model=r.get("compaction_model"),
             fallbacks=tuple(
                 Fallback(f) if isinstance(f, str) else Fallback(f["provider"], f.get("upstream_model"))
                 for f in r.get("fallbacks", ())

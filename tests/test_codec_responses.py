@@ -574,11 +574,12 @@ class TestResponseEncode:
         assert out["incomplete_details"] is None and out["error"] is None
         assert out["output"] == [
             {"id": "msg_up1_0", "type": "message", "role": "assistant", "status": "completed",
-             "content": [{"type": "output_text", "text": "a", "annotations": [], "logprobs": []}, {"type": "refusal", "refusal": "r"}]},
+             "content": [{"type": "output_text", "text": "a", "annotations": [], "logprobs": []}, {"type": "refusal", "refusal": "r"}],
+             "phase": "commentary"},
             {"id": "fc_toolu_1", "type": "function_call", "call_id": "toolu_1", "name": "f", "arguments": "{}", "status": "completed"},
             {"id": "msg_up1_2", "type": "message", "role": "assistant", "status": "completed",
              "content": [{"type": "output_text", "text": "b", "annotations": [{"type": "url_citation", "url": "u", "title": "t", "start_index": 0, "end_index": 1}],
-                          "logprobs": []}]}]
+                          "logprobs": []}], "phase": "final_answer"}]
         assert out["usage"] == {"input_tokens": 30, "input_tokens_details": {"cached_tokens": 5, "cache_write_tokens": 3},
                                 "output_tokens": 9, "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 39}
         assert out["tools"] == [{**body["tools"][0], "description": None}]
@@ -662,7 +663,7 @@ class TestResponseEncode:
         out = self.renc(eng, ir_response([], stop="refusal", stop_details=details))
         assert out["status"] == "incomplete" and out["incomplete_details"] == {"reason": "content_filter"}
         assert out["output"] == [{"id": "msg_up1_0", "type": "message", "role": "assistant", "status": "completed",
-                                  "content": [{"type": "refusal", "refusal": "I can't help with that."}]}]
+                                  "content": [{"type": "refusal", "refusal": "I can't help with that."}], "phase": "final_answer"}]
         out = self.renc(eng, ir_response([{"type": "text", "text": "Partial"}], stop="refusal", stop_details=details))
         assert out["output"][0]["content"] == [{"type": "output_text", "text": "Partial", "annotations": [], "logprobs": []}]
 
@@ -696,7 +697,9 @@ class TestContinuationRoundTrip:
         assert turn[0]["opaque"]["signature"] == sig and turn[0]["text"] == "Let me think\nabout ü"
         assert turn[1]["opaque"]["data"] == "REDACTED+DATA" and "text" not in turn[1]
         assert [p["type"] for p in turn] == ["reasoning", "reasoning", "text", "tool_call"]
-        assert c.traces == []
+        # the message's phase (commentary: a tool call follows) has no slot at Anthropic
+        assert out["output"][2]["phase"] == "commentary"
+        assert c.traces == ["dropped advisory field input[3].phase (no slot in anthropic_messages)"]
 
     def test_other_provider_name_does_not_restore(self, eng):
         out = eng.encode_response(ctx(R, A, name="one"), ir_response([{"type": "reasoning", "text": "t", "opaque": {"protocol": A, "provider": "one", "signature": "S"}}]))

@@ -13,6 +13,7 @@ says whether the provider received it."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,6 +208,35 @@ def _conversations(method: str, suffix: str = "", body=None, item: bool = False)
     return probe
 
 
+def _compact(env: Env) -> Seen:
+    env.mock.enqueue(Turn([Text("<summary>The user said hi.</summary>")]))
+    mark = env.mark()
+    status, body = env.call("POST", "/v1/responses/compact", json={"model": env.model, "input": "hi"})
+    return Seen(status, body, any(r.path.endswith("/compact") for r in env.since(mark)))
+
+
+def _compaction_trigger(env: Env) -> Seen:
+    env.mock.enqueue(Turn([Text("<summary>The user said hi.</summary>")]))
+    mark = env.mark()
+    status, body = env.call("POST", "/v1/responses", json={
+        "model": env.model, "store": False, "input": [{"role": "user", "content": "hi"}, {"type": "compaction_trigger"}]})
+    reached = any("compaction_trigger" in json.dumps(r.body) for r in env.since(mark))
+    return Seen(status, body, reached)
+
+
+def _compaction_item(env: Env) -> Seen:
+    made = _compaction_trigger(env).body.get("output") or []
+    # a Responses provider compacts itself (the mock does not): its own opaque item
+    item = next((i for i in made if i.get("type") == "compaction"),
+                {"type": "compaction", "encrypted_content": "provider-opaque"})
+    env.mock.enqueue(Turn([Text("Hello.")]))
+    mark = env.mark()
+    status, body = env.call("POST", "/v1/responses", json={
+        "model": env.model, "store": False, "input": [item, {"role": "user", "content": "go on"}]})
+    reached = any('"compaction"' in json.dumps(r.body) for r in env.since(mark))
+    return Seen(status, body, reached)
+
+
 PROBES = {
     ("POST /v1/responses", ""): lambda env: _generate(env, {}, None),
     ("POST /v1/responses", "previous_response_id"): _previous_response_id,
@@ -215,6 +245,9 @@ PROBES = {
     ("POST /v1/responses", "prompt"): _with_param("prompt", {"id": "pmpt_1"}),
     ("POST /v1/responses", "truncation: auto"): _with_param("truncation", "auto"),
     ("POST /v1/responses", "context_management"): _with_param("context_management", [{"type": "compaction"}]),
+    ("POST /v1/responses", "input: compaction_trigger"): _compaction_trigger,
+    ("POST /v1/responses", "input: compaction"): _compaction_item,
+    ("POST /v1/responses/compact", ""): _compact,
     ("POST /v1/responses/input_tokens", ""): _input_tokens,
     ("GET /v1/responses/{response_id}", ""): _stored("GET"),
     ("GET /v1/responses/{response_id}", "starting_after"): _resume,

@@ -119,7 +119,20 @@ def number_items(scope, items=None, response_id=None):
     return out
 
 
+def phases(scope, items=None):
+    """A translated answer's assistant message items get the ``phase`` Responses models
+    write (clients such as Codex tell the turn's final answer by it): ``final_answer`` for
+    the message that ends the answer, ``commentary`` for one another item (a tool call,
+    reasoning) follows, as the stream encoder decides when it closes a message."""
+    out = list(items or ())
+    for i, item in enumerate(out):
+        if isinstance(item, dict) and item.get("type") == "message" and item.get("role") == "assistant":
+            item["phase"] = "final_answer" if i == len(out) - 1 else "commentary"
+    return out
+
+
 HOOKS = {
+    "responses.phases": phases,
     "responses.group_turns": group_turns,
     "responses.merge_messages": merge_messages,
     "responses.is_custom_call": is_custom_call,

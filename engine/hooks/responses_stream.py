@@ -228,10 +228,14 @@ class ItemsOut:
         self.next_oi += 1
         return oi
 
-    def close_message(self) -> dict | None:
-        """Close the open message item: its record (id, output_index, content), or null when
-        none is open. Real Responses streams finish one item before the next."""
+    def close_message(self, phase="commentary") -> dict | None:
+        """Close the open message item: its record (id, output_index, content, phase), or null
+        when none is open. Real Responses streams finish one item before the next. ``phase``:
+        ``final_answer`` when the answer ends with it, else ``commentary`` (another item
+        follows). A translated stream knows it only here, so output_item.added has none."""
         msg, self.msg = self.msg, None
+        if msg is not None:
+            msg["phase"] = phase
         return msg
 
     def part(self, index=None, kind=None) -> dict:
