@@ -321,8 +321,7 @@ class Runs:
                 await state.store.kv_set(_ALIVE + self.owner, b"1", ttl_secs=ALIVE_TTL_SECS)
             except StateError as exc:
                 log.warning("background runs: the liveness key could not be renewed: %s", exc)
-        with contextlib.suppress(StateError):
-            await state.store.kv_delete(_ALIVE + self.owner)
+        # Not deleted: it expires by itself, and a run started meanwhile must not find it gone.
 
     async def stop(self, timeout: float) -> None:
         """Shutdown: what has not finished by now ends failed, saying the proxy shut down."""
