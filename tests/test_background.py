@@ -170,7 +170,7 @@ def test_a_failing_provider_ends_the_run_failed(client, mock):
     valid(done)
 
 
-def test_the_run_is_logged_with_its_usage(client, mock, caplog):
+def test_the_run_is_logged_and_counted_with_its_usage(proxy, client, mock, caplog):
     mock.enqueue(slow_turn(3, 0.05))
     with caplog.at_level(logging.INFO, logger="proxai.request"):
         created = client.responses.create(model="chat/m", input="hi", background=True)
@@ -180,6 +180,13 @@ def test_the_run_is_logged_with_its_usage(client, mock, caplog):
     assert len(runs) == 1
     assert runs[0]["path"] == f"/v1/responses/{created.id}" and runs[0]["provider"] == "chat"
     assert runs[0]["output_tokens"] and runs[0]["status"] == 200
+    # ... and counted: the provider's tokens are in the metrics (the creating POST reported none).
+    import httpx2 as httpx
+
+    metrics = httpx.get(proxy.url + "/metrics").text
+    output = [line for line in metrics.splitlines()
+              if line.startswith("proxai_tokens_total{") and 'kind="output"' in line and 'provider="chat"' in line]
+    assert output and float(output[0].rsplit(" ", 1)[1]) == runs[0]["output_tokens"]
 
 
 def test_another_tenant_cannot_see_or_cancel_a_run(proxy, client, mock, harness, start_proxy):
@@ -214,3 +221,18 @@ def test_a_run_holds_one_of_its_clients_concurrent_streams(harness, start_proxy,
     mock.enqueue(Turn(blocks=[Text("ok")]))
     again = c.responses.create(model="anthropic/m", input="again", background=True)
     assert wait_final(c, again.id).output_text == "ok"
+
+
+@pytest.mark.parametrize("provider", ["gemini", "responses"])
+def test_a_background_turn_of_a_conversation_is_added_to_it(client, mock, provider):
+    conversation = client.conversations.create(items=[{"type": "message", "role": "user", "content": "Earlier."}])
+    mock.enqueue(slow_turn(3, 0.05))
+    created = client.responses.create(model=f"{provider}/m", input="Now.", conversation=conversation.id, background=True)
+    assert created.conversation.id == conversation.id
+    done = wait_final(client, created.id)
+    assert done.status == "completed" and done.conversation.id == conversation.id
+    sent = json.dumps(mock.requests[-1].body)
+    assert sent.index("Earlier.") < sent.index("Now.")
+    items = client.conversations.items.list(conversation.id, order="asc").data
+    assert [item.type for item in items] == ["message", "message", "message"]
+    assert items[-1].role == "assistant" and items[-1].content[0].text == "w0 w1 w2"
