@@ -14,6 +14,7 @@ from gemini_helpers import gemini_config
 from proxai.background import ALIVE_TTL_SECS, RESTARTED, SHUT_DOWN
 from proxai.mock import Text, Turn
 from proxai.streaming import SHUTDOWN_MESSAGE
+from test_open_responses_compliance import RESOURCE, schema_errors
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +64,7 @@ def test_kill_9_then_restart_marks_the_run_failed(harness, mock, start_server, t
     failed = wait_status(c2, created.id, ("failed",), ALIVE_TTL_SECS + 5)
     assert failed.status == "failed" and failed.background is True
     assert failed.error.message == RESTARTED
+    assert schema_errors(RESOURCE, failed.model_dump(mode="json", exclude_unset=True), "response") == []
     # The stream, resumed, replays what was stored and ends with the failure.
     events = list(c2.responses.retrieve(created.id, stream=True, starting_after=0))
     assert events[0].sequence_number == 1
