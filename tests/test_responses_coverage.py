@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx2 as httpx
 import pytest
+import websockets.sync.client
 
 from gemini_helpers import gemini_config
 from harness import CLIENT_KEY
@@ -237,7 +238,38 @@ def _compaction_item(env: Env) -> Seen:
     return Seen(status, body, reached)
 
 
+def _socket(extra: dict, param: str | None, warm_up: bool = False):
+    """One turn over the Responses WebSocket (after a warm-up, or a first turn, the second
+    naming it): the provider only ever gets HTTP, so the socket itself never reaches it."""
+    def probe(env: Env) -> Seen:
+        env.mock.enqueue(Turn([Text("Hello.")]), Turn([Text("Hello.")]))
+        url = str(env.http.base_url).replace("http", "ws", 1).rstrip("/") + "/v1/responses"
+        with websockets.sync.client.connect(url, additional_headers={"Authorization": f"Bearer {CLIENT_KEY}"}) as ws:
+            def turn(body: dict) -> dict:
+                ws.send(json.dumps({"type": "response.create", "model": env.model, **body}))
+                while True:
+                    event = json.loads(ws.recv())
+                    if event["type"] in ("response.completed", "response.failed", "error"):
+                        return event
+            first = None
+            if param == "previous_response_id":
+                first = turn({"input": "hi", **({"generate": False} if warm_up else {}), **extra})
+            mark = env.mark()
+            body = dict(extra)
+            if first is not None:
+                body["previous_response_id"] = first["response"]["id"]
+            last = turn({"input": "hi", **body})
+        sent = [r.body or {} for r in env.since(mark) if r.method == "POST"]
+        status = last.get("status", 200) if last["type"] == "error" else 200
+        return Seen(status, last if last["type"] == "error" else last["response"],
+                    param is not None and any(param in b for b in sent))
+    return probe
+
+
 PROBES = {
+    ("GET /v1/responses", ""): _socket({}, None),
+    ("GET /v1/responses", "previous_response_id, store: false"): _socket({"store": False}, "previous_response_id"),
+    ("GET /v1/responses", "generate: false"): _socket({"store": False}, "previous_response_id", warm_up=True),
     ("POST /v1/responses", ""): lambda env: _generate(env, {}, None),
     ("POST /v1/responses", "previous_response_id"): _previous_response_id,
     ("POST /v1/responses", "conversation"): _conversation,

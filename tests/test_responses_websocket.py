@@ -13,7 +13,6 @@ import json
 import logging
 import time
 
-import openai
 import pytest
 import websockets.sync.client
 
