@@ -2,7 +2,7 @@
 
 import sys
 
-from proxai.cli import serve_main
+from proxai.tools.cli import serve_main
 
 if __name__ == "__main__":
     sys.exit(serve_main(sys.argv[1:]))

@@ -160,8 +160,8 @@ def proxy_config(mock_url: str) -> dict:
 
 
 async def replay(turns: int = 24) -> dict:
-    from proxai.app import build_app, make_runner
-    from proxai.config import load_dict
+    from proxai.http.app import build_app, make_runner
+    from proxai.routing.config import load_dict
 
     session = agent_session.build(turns)
     mock = BillingAnthropic()

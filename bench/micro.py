@@ -5,7 +5,7 @@
 Per translated pair: request translation (µs per request, Context creation included, as the
 proxy builds one per request), non-streaming response translation (µs per response), and a
 whole stream fed event by event (µs per upstream event, events/s). Pass-through pairs get
-the stream row only: the relay's observer (proxai/relay.py) is all they run.
+the stream row only: the relay's observer (proxai/http/relay.py) is all they run.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def timed(fn: Callable[[], object], seconds: float) -> float:
 
 
 def sse_events(protocol: str, deltas: int) -> list:
-    from proxai.sse import SSEEvent
+    from proxai.http.sse import SSEEvent
 
     return [SSEEvent(e, d if isinstance(d, str) else json.dumps(d, ensure_ascii=False, separators=(",", ":")))
             for e, d in payloads.reply(protocol, True, deltas)]
@@ -61,7 +61,7 @@ def bench_pair(eng, client: str, provider: str, seconds: float, deltas: int) -> 
     events = sse_events(provider, deltas)
     row["stream_events"] = len(events)
     if client == provider:
-        from proxai.relay import Relay
+        from proxai.http.relay import Relay
 
         stream_request = orjson.loads(orjson.dumps(payloads.request(client, True)))
 
@@ -129,7 +129,7 @@ def startup(config_file: str | None = None) -> dict:
     except Exception as exc:
         out["engine_load_error"] = f"{type(exc).__name__}: {exc}"[:300]
     if config_file:
-        from proxai.config import load_file
+        from proxai.routing.config import load_file
 
         t0 = time.perf_counter()
         load_file(config_file)

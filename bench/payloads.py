@@ -31,7 +31,7 @@ _USER = (
     "sentences and propose the smallest fix. Here is the failing output: AssertionError: expected 3 events, got 2 "
     "(tests/test_sse.py::test_split_crlf)."
 )
-_ARGS = json.dumps({"path": "proxai/sse.py", "start_line": 1, "end_line": 120})
+_ARGS = json.dumps({"path": "proxai/http/sse.py", "start_line": 1, "end_line": 120})
 _RESULT = "def feed(self, chunk):\n    if not chunk:\n        return []\n    buf = self._buf + chunk\n    ..." * 2
 _TOOL = {
     "name": "read_file",
@@ -122,7 +122,7 @@ def turn(deltas: int = DEFAULT_DELTAS) -> Turn:
     tool_deltas = max(2, round(deltas * TOOL_SHARE))
     text_deltas = max(1, deltas - tool_deltas)
     calls = []
-    for i, path in enumerate(("proxai/sse.py", "tests/test_sse.py")):
+    for i, path in enumerate(("proxai/http/sse.py", "tests/test_sse.py")):
         args = json.dumps({"path": path, "start_line": 1, "end_line": 160})
         calls.append(ToolCall(id=f"call_{i + 2}", name="read_file", arguments=args,
                               chunks=_split(args, max(1, tool_deltas // 2))))

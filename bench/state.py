@@ -97,7 +97,7 @@ async def end_to_end(proxy_url: str, conversations: int, turns: int) -> dict:
 
 
 async def store_alone(backend: str, url: str | None, depth: int, samples: int) -> dict:
-    from proxai.config import StateConfig
+    from proxai.routing.config import StateConfig
     from proxai.state import ResponseRecord, create
 
     store = create(StateConfig(backend=backend, url=url))

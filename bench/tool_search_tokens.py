@@ -5,7 +5,7 @@ The request is the recorded Claude Code tool-search session
 (tests/fixtures/clients/claude-code-tool-search-loop.json) with 120 MCP-style tools added
 as deferred (`mcp__<server>__<tool>`, copies of its own tools' definitions, as MCP servers
 declare theirs), and Anthropic's regex search tool. Tokens are the proxy's own estimate
-(proxai/token_estimate.py, what count_tokens answers for providers without a counting
+(proxai/endpoints/token_estimate.py, what count_tokens answers for providers without a counting
 endpoint), and bytes of the provider request.
 
     python -m bench.tool_search_tokens
@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 
 import engine
-from proxai.token_estimate import estimate
+from proxai.endpoints.token_estimate import estimate
 
 RECORDING = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "clients" / "claude-code-tool-search-loop.json"
 SERVERS = ("github", "slack", "sentry", "grafana", "linear", "notion", "jira", "postgres", "figma", "stripe", "gdrive", "calendar")

@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-# Covers what the proxy does after the deadline: AFTER_DRAIN_SECS (3 s, proxai/shutdown.py)
+# Covers what the proxy does after the deadline: AFTER_DRAIN_SECS (3 s, proxai/operations/shutdown.py)
 # for stopped streams to write their error and for aiohttp to cancel the rest, then exit.
 MARGIN_SECS = 10.0
 # Room for round numbers; more unused grace than this means the two were sized apart.

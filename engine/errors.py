@@ -26,14 +26,14 @@
 Every ProxyError carries ``status``, ``message`` and optionally ``param`` (where in the
 client's data), ``code``, ``error_type`` (already in some protocol family's vocabulary),
 ``headers`` (upstream headers a client may see) and ``rule`` (the rule file:line that
-failed: logged, never sent to a client). ``proxai.errors`` renders one into the bytes a
+failed: logged, never sent to a client). ``proxai.http.errors`` renders one into the bytes a
 client of a given protocol expects.
 
 Foreign exceptions are mapped once, where they arise, with ``raise ... from``: an
 exception raised while a rule is evaluated becomes the most specific error above (the
 engine adds ``param`` and ``rule``); aiohttp's client errors become UpstreamUnreachable
-or UpstreamTimeout in ``proxai/transport.py``; the state store's errors become
-StateUnavailable (a ProxyError, 503) in ``proxai/responses_state.py``. Anything else that
+or UpstreamTimeout in ``proxai/http/transport.py``; the state store's errors become
+StateUnavailable (a ProxyError, 503) in ``proxai/endpoints/responses_state.py``. Anything else that
 escapes a request is a bug: the server answers InternalError and logs its type.
 """
 from __future__ import annotations

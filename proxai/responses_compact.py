@@ -12,11 +12,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from engine.wire import Target
-from proxai import compaction, ingress, paths
-from proxai import errors as E
-from proxai.logs import usage_fields
+from proxai.endpoints import compaction
+from proxai.http import ingress, paths
+from proxai.http import errors as E
+from proxai.observability.logs import usage_fields
 from proxai.protocols import RESPONSES
-from proxai.surface import INFO_KEY, dump_json, json_response
+from proxai.http.surface import INFO_KEY, dump_json, json_response
 
 PATH = "/v1/responses/compact"
 TRIGGER = {"type": "compaction_trigger"}

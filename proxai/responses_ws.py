@@ -27,11 +27,12 @@ import orjson
 from aiohttp import web
 
 import engine
-from proxai import errors as E
-from proxai import ingress, paths, reload, requestid
-from proxai.logs import log_request
-from proxai.streaming import Outcome
-from proxai.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
+from proxai.http import errors as E
+from proxai.http import ingress, paths, requestid
+from proxai.operations import reload
+from proxai.observability.logs import log_request
+from proxai.http.streaming import Outcome
+from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
 
 log = logging.getLogger("proxai")
 

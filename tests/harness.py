@@ -18,8 +18,8 @@ import anthropic
 import openai
 from aiohttp import web
 
-from proxai.app import PROXY_KEY, Proxy, build_app, make_runner
-from proxai.config import load_dict
+from proxai.http.app import PROXY_KEY, Proxy, build_app, make_runner
+from proxai.routing.config import load_dict
 from proxai.mock import MockUpstream
 
 T = TypeVar("T")

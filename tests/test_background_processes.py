@@ -11,9 +11,9 @@ import openai
 import pytest
 
 from gemini_helpers import gemini_config
-from proxai.background import ALIVE_TTL_SECS, RESTARTED, SHUT_DOWN
+from proxai.endpoints.background import ALIVE_TTL_SECS, RESTARTED, SHUT_DOWN
 from proxai.mock import Text, Turn
-from proxai.streaming import SHUTDOWN_MESSAGE
+from proxai.http.streaming import SHUTDOWN_MESSAGE
 from test_open_responses_compliance import RESOURCE, schema_errors
 
 pytestmark = pytest.mark.slow

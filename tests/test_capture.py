@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness import CLIENT_KEY, PROVIDER_KEYS
-from proxai import capture
+from proxai.observability import capture
 from proxai.mock import Text, ToolCall, Turn
 from test_passthrough_e2e import MESSAGES, raw_post
 
@@ -186,8 +186,7 @@ def test_unrouted_requests_are_captured_and_listed(home, harness, start_proxy, m
     assert inbound.start_line == "POST /v1/chat/completion HTTP/1.1" and json.loads(inbound.body)["model"] == "m"
     assert read(home, "cap-404", "outbound_response").body == body
     assert not (home / "captures" / "cap-404.provider_request.http").exists()
-    from proxai import cli
-
+    from proxai.tools import cli
     assert cli.main(["capture", "list"]) == 0
     row = next(line.split() for line in capsys.readouterr().out.splitlines() if "cap-404" in line)
     assert row[3:5] == ["POST", "/v1/chat/completion"] and "404" in row
@@ -218,7 +217,7 @@ def test_home_directory_rule(monkeypatch, tmp_path):
 
 def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PROXAI_HOME": str(home), "COLUMNS": "100"}
-    return subprocess.run([sys.executable, "-m", "proxai.cli", *args], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "proxai.tools.cli", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=30)
 
 
@@ -272,7 +271,7 @@ def test_serve_capture_flag(tmp_path, harness):
     cfg = tmp_path / "proxai.yaml"
     cfg.write_text(yaml.safe_dump(harness.default_config()))
     env = {**os.environ, "PROXAI_HOME": str(home)}
-    proc = subprocess.Popen([sys.executable, "-m", "proxai.cli", "serve", "--config", str(cfg), "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "proxai.tools.cli", "serve", "--config", str(cfg), "--port", "0",
                              "--capture", "inbound_request,outbound_response"],
                             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:

@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxai import cli
-
+from proxai.tools import cli
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -85,7 +84,7 @@ def test_maintainer_only_commands_say_so_in_help(capsys):
 
 
 def test_loopback_detection():
-    from proxai.origin import loopback_listener
+    from proxai.http.origin import loopback_listener
 
     assert loopback_listener("127.0.0.1") and loopback_listener("::1") and loopback_listener("localhost")
     assert not loopback_listener("0.0.0.0") and not loopback_listener("10.1.2.3") and not loopback_listener("example.com")
@@ -168,7 +167,7 @@ def test_proxai_serve_json_logs(tmp_path, harness):
     doc = harness.default_config()
     doc["logging"] = {"format": "json"}
     path = write_config(tmp_path, doc)
-    proc = subprocess.Popen([sys.executable, "-m", "proxai.cli", "serve", "--config", str(path), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "proxai.tools.cli", "serve", "--config", str(path), "--port", "0"],
                             cwd=ROOT, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         first = json.loads(proc.stderr.readline())

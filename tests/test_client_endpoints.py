@@ -14,7 +14,7 @@ import pytest
 
 from harness import CLIENT_KEY, PROVIDER_KEYS
 from proxai.mock import Error, Json
-from proxai.token_estimate import estimate
+from proxai.endpoints.token_estimate import estimate
 
 MESSAGES = [{"role": "user", "content": "What is the capital of France?"}]
 TOOLS = [{
@@ -272,8 +272,8 @@ def test_models_without_routes_lists_nothing_but_default_serves(proxy):
 
 
 def test_models_config_key_is_validated(harness):
-    from proxai.config import load_dict
-    from proxai.errors import ConfigError
+    from proxai.routing.config import load_dict
+    from proxai.http.errors import ConfigError
 
     cfg = catalog_config(harness)
     cfg["providers"]["anthropic"]["models"] = "claude-opus-4-5"

@@ -156,7 +156,7 @@ def test_two_instances_over_one_redis_share_the_counters(harness, server, mock, 
 
 
 def test_named_keys_are_checked_in_the_config(harness, tmp_path):
-    from proxai.config import ConfigError, load_dict
+    from proxai.routing.config import ConfigError, load_dict
 
     cfg = default_config(harness.mock_url)
     for entries, where in (([{"name": "a", "key": "k1"}, {"name": "a", "key": "k2"}], "server.api_keys[1].name"),

@@ -23,7 +23,7 @@ from engine.hooks import continuation
 from engine.ruleset import BUILTIN_RULES
 from engine.stream import StreamRules, StreamRun, StreamTranslator
 from engine.template import Compiler
-from proxai.sse import SSEEvent
+from proxai.http.sse import SSEEvent
 
 CHAT = "openai_chat_completions"
 ANTHROPIC = "anthropic_messages"

@@ -22,7 +22,7 @@ from engine.stream import StreamRules, StreamRun, StreamTranslator
 from engine.template import Compiler
 from proxai.mock import ToolCall, Turn, Usage
 from proxai.mock import render_responses
-from proxai.sse import SSEEvent, SSEParser
+from proxai.http.sse import SSEEvent, SSEParser
 
 R = "openai_responses"
 A = "anthropic_messages"

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from proxai.config import load_dict, load_file
-from proxai.errors import ConfigError
+from proxai.routing.config import load_dict, load_file
+from proxai.http.errors import ConfigError
 
 
 def minimal(**extra):
@@ -199,8 +199,8 @@ def test_missing_file(tmp_path):
 
 
 def test_max_tokens_field_is_a_chat_provider_option():
-    from proxai.config import load_dict
-    from proxai.errors import ConfigError
+    from proxai.routing.config import load_dict
+    from proxai.http.errors import ConfigError
 
     doc = {"providers": {"a": {"protocol": "anthropic_messages", "base_url": "http://x", "api_key": "k",
                                "max_tokens_field": "max_tokens"}}}

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from proxai.config import load_file
-from proxai.errors import ConfigError
+from proxai.routing.config import load_file
+from proxai.http.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -144,7 +144,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_check_config_prints_exactly_those_lines(tmp_path):
     path = write(tmp_path, BAD)
-    proc = run("-m", "proxai.cli", "check-config", str(path))
+    proc = run("-m", "proxai.tools.cli", "check-config", str(path))
     assert proc.returncode == 1
     assert proc.stderr.splitlines() == expected(path)
     assert proc.stdout == ""

@@ -13,7 +13,7 @@ import yaml
 
 import corpus_meaning as M
 import engine
-from proxai.sse import SSEParser
+from proxai.http.sse import SSEParser
 
 HERE = Path(__file__).parent
 CORPUS = HERE / "corpus"

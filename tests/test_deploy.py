@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from proxai import config as config_module
-from proxai import shutdown
-from proxai.config import ServerConfig, load_dict
+from proxai.routing import config as config_module
+from proxai.operations import shutdown
+from proxai.routing.config import ServerConfig, load_dict
 from proxai.mock import Text, Turn
 from server_process import ServerProcess
 from test_hardening_process import StreamReader, _assert_ended_with_shutdown_error, _config, _wait_for_requests

@@ -9,8 +9,7 @@ import pytest
 import yaml
 
 from engine.ruleset import BUILTIN_RULES
-from proxai import cli, docsgen
-
+from proxai.tools import cli, docsgen
 ROOT = Path(__file__).resolve().parent.parent
 PAIR = "docs/generated/openai_chat_completions-to-anthropic_messages.md"
 

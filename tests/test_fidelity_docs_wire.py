@@ -314,7 +314,7 @@ def test_demo_mode_lists_gemini_demo_for_every_client(harness):
 
 
 def test_gemini_snippets_use_the_default_port():
-    from proxai.config import DEFAULT_PORT
+    from proxai.routing.config import DEFAULT_PORT
 
     # The google-genai page's "Gemini clients" section, and the README's google-genai snippet.
     text = (ROOT / "docs" / "clients" / "google-genai.md").read_text()
@@ -336,8 +336,7 @@ def traced_gemini(harness, start_proxy):
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from proxai import tracing
-
+    from proxai.observability import tracing
     doc = gemini_config(harness.mock_url)
     doc["tracing"] = {"enabled": True, "exporter": "none"}
     p = start_proxy(doc)

@@ -5,10 +5,10 @@ import pytest
 
 import engine
 from engine.hooks.fit import MAX_NAME, wire_name
-from proxai.app import model_capabilities
-from proxai.config import load_dict
-from proxai.errors import ConfigError
-from proxai.routing import Router
+from proxai.http.app import model_capabilities
+from proxai.routing.config import load_dict
+from proxai.http.errors import ConfigError
+from proxai.routing.routes import Router
 
 
 def doc(provider_extra=None, route_extra=None):

@@ -11,7 +11,7 @@ import pytest
 import engine
 from engine import Context
 from engine.hooks import continuation
-from proxai.capture import redact_target
+from proxai.observability.capture import redact_target
 
 GEMINI = "gemini_generate_content"
 

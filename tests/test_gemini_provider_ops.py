@@ -7,9 +7,9 @@ import json
 import pytest
 
 from gemini_helpers import GEMINI_KEY, MODEL, UPSTREAM_MODEL, check_request, gemini_config, sent
-from proxai.cli import main
-from proxai.config import load_dict
-from proxai.errors import ConfigError
+from proxai.tools.cli import main
+from proxai.routing.config import load_dict
+from proxai.http.errors import ConfigError
 from proxai.mock import Text, ToolCall, Turn, Usage, render
 from test_passthrough_e2e import raw_post
 
@@ -147,8 +147,7 @@ def test_metrics_and_log_usage_name_the_gemini_provider(start_proxy, harness, mo
 
 
 def test_capture_shows_the_gemini_url_with_the_key_redacted(start_proxy, harness, mock, tmp_path, monkeypatch):
-    from proxai import capture
-
+    from proxai.observability import capture
     monkeypatch.setenv("PROXAI_HOME", str(tmp_path / "home"))
     config = gemini_config(harness.mock_url)
     config["capture"] = dict.fromkeys(capture.PHASES, True)

@@ -16,8 +16,8 @@ import shutil
 import pytest
 
 from harness import CLIENT_KEY
-from proxai import origin
-from proxai.config import ServerConfig
+from proxai.http import origin
+from proxai.routing.config import ServerConfig
 from server_process import ServerProcess
 
 EVIL = "http://evil.example"

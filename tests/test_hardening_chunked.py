@@ -28,8 +28,8 @@ from google.genai import types
 
 import engine
 from server_process import ServerProcess
-from proxai.relay import Relay
-from proxai.streaming import Outcome, StreamLoop
+from proxai.http.relay import Relay
+from proxai.http.streaming import Outcome, StreamLoop
 
 CLIENT_TIMEOUT = 5.0  # seconds a client waits; the provider's idle timeout is far longer
 IDLE = 60

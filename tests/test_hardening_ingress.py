@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from proxai import logs, serving
+from proxai.observability import logs
+
+from proxai.http import serving
 from test_passthrough_e2e import raw_post
 from test_stream_integrity import ANTHROPIC, CHAT, PATH, request_body
 

@@ -276,7 +276,7 @@ def test_quiet_translated_streams_get_heartbeat_comments_and_still_parse(harness
 
 
 def test_metrics_loopback_only_accepts_an_ipv4_mapped_loopback_client():
-    from proxai.app import _is_loopback
+    from proxai.http.app import _is_loopback
 
     assert _is_loopback("::ffff:127.0.0.1")
     assert _is_loopback("127.0.0.1") and _is_loopback("::1")
@@ -286,8 +286,8 @@ def test_metrics_loopback_only_accepts_an_ipv4_mapped_loopback_client():
 def test_metrics_loopback_only_on_a_dual_stack_socket(harness):
     import socket
 
-    from proxai.app import build_app, make_runner
-    from proxai.config import load_dict
+    from proxai.http.app import build_app, make_runner
+    from proxai.routing.config import load_dict
 
     if not socket.has_ipv6:
         pytest.skip("no IPv6")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from engine import yamlsrc
-from proxai.config import load_file
-from proxai.errors import ConfigError
+from proxai.routing.config import load_file
+from proxai.http.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,7 +31,7 @@ def _bomb(levels: int = 9, width: int = 9) -> str:
 
 
 def _check_config(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "proxai.cli", "check-config", str(path)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "proxai.tools.cli", "check-config", str(path)], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -84,7 +84,7 @@ def test_an_alias_bomb_in_a_rule_file_fails_at_once(tmp_path):
     rules = tmp_path / "rules"
     rules.mkdir()
     (rules / "bomb.yaml").write_text("kind: tables\n" + _bomb())
-    result = subprocess.run([sys.executable, "-m", "proxai.cli", "lint", str(rules)], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "proxai.tools.cli", "lint", str(rules)], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
     assert "alias bomb" in result.stdout + result.stderr

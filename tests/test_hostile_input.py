@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from harness import CLIENT_KEY, PROVIDER_KEYS
-from proxai import ingress
+from proxai.http import ingress
 from proxai.mock import Error, Text, ToolCall, Turn
 from test_passthrough_e2e import raw_post
 from test_stream_integrity import ANTHROPIC, CHAT, PATH, PROTOCOLS, RESPONSES, SHORT, request_body
@@ -281,7 +281,7 @@ def test_keys_and_prompts_never_reach_logs_error_bodies_or_capture_names(start_p
 
 
 def test_the_proxy_listens_on_loopback_unless_told_otherwise(harness):
-    from proxai.config import ServerConfig, load_dict
+    from proxai.routing.config import ServerConfig, load_dict
 
     assert ServerConfig().host == "127.0.0.1"
     assert load_dict(harness.default_config(), {}).server.host == "127.0.0.1"

@@ -1,8 +1,7 @@
 """The ingress fast path accepts exactly what the endpoint's JSON Schema accepts."""
 from hypothesis import given, settings, strategies as st
 
-from proxai import ingress
-
+from proxai.http import ingress
 VALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-10**8, 10**8) | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=5) | st.sampled_from(["", "x" * 1001, 0.0, 1.0, 2.5, -1, 0, 10**7 + 1, 129]),

@@ -15,12 +15,12 @@ import pytest
 
 import engine
 from harness import CLIENT_KEY, PROVIDER_KEYS
-from proxai.config import ConfigError, load_dict
-from proxai.inspector import view
-from proxai.inspector.web import InspectorWeb
+from proxai.routing.config import ConfigError, load_dict
+from proxai.observability.inspector import view
+from proxai.observability.inspector.web import InspectorWeb
 from proxai.mock import Stream, Text, ToolCall, Turn, Usage
 from proxai.mock import render_chat
-from proxai.sse import SSEEvent, SSEParser
+from proxai.http.sse import SSEEvent, SSEParser
 from test_observability import LogCapture, summary
 
 SECRETS = [CLIENT_KEY, *PROVIDER_KEYS.values()]
@@ -478,7 +478,7 @@ def test_server_py_inspector_flag():
 
 
 def test_ring_has_a_byte_budget(harness, start_proxy, monkeypatch):
-    from proxai.inspector import record
+    from proxai.observability.inspector import record
 
     monkeypatch.setattr(record, "MAX_RING_BYTES", 20000)
     p = start_proxy(inspector_config(harness))

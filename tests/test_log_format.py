@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 from harness import default_config
-from proxai import logs
+from proxai.observability import logs
 from server_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,6 +119,6 @@ def test_the_client_name_is_logged_when_known():
 
 def test_attempts_are_not_invented():
     # Refused before routing: no provider, no attempt. A pooled route counts its own attempts
-    # (proxai/retry.py); one that gave up before any attempt shows none.
+    # (proxai/routing/retry.py); one that gave up before any attempt shows none.
     assert "attempts" not in _summary("human")
     assert "attempts" not in _summary("human", provider="p", _pooled=True)

@@ -7,7 +7,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness import CLIENT_KEY
 from proxai.mock import Stream, Error, Json, Text, Turn, Usage
-from proxai.metrics import FROM_MODEL as FROM
+from proxai.observability.metrics import FROM_MODEL as FROM
 from test_passthrough_e2e import MESSAGES, raw_post
 
 
@@ -140,8 +140,8 @@ def test_metrics_auth_loopback_and_disable(harness, start_proxy, mock):
 
 
 def test_require_auth_without_keys_is_a_config_error():
-    from proxai.config import load_dict
-    from proxai.errors import ConfigError
+    from proxai.routing.config import load_dict
+    from proxai.http.errors import ConfigError
 
     doc = {"providers": {"a": {"protocol": "openai_chat_completions", "base_url": "http://x/v1", "api_key": "k"}},
            "server": {"metrics": {"require_auth": True}}}
@@ -189,8 +189,8 @@ def test_no_created_series_and_the_process_metrics(start_proxy, mock):
 
 
 def test_the_outcome_label_is_the_log_outcome(start_proxy, mock):
-    from proxai.metrics import outcome_label
-    from proxai.streaming import Outcome
+    from proxai.observability.metrics import outcome_label
+    from proxai.http.streaming import Outcome
 
     for outcome in Outcome:
         assert outcome_label({"outcome": outcome.value}) == outcome.value

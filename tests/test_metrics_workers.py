@@ -176,9 +176,8 @@ def test_a_gauge_without_a_multiprocess_mode_shows_only_live_workers(tmp_path):
     """prometheus_client reports such a gauge once per pid, dead pids included; /metrics keeps the live."""
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from proxai import metrics
-
-    worker = ("import sys; from prometheus_client import Gauge; from proxai import metrics\n"
+    from proxai.observability import metrics
+    worker = ("import sys; from prometheus_client import Gauge; from proxai.observability import metrics\n"
               "metrics.share(sys.argv[1]); m = metrics.Metrics(in_flight=lambda: 0)\n"
               "Gauge('x_up', 'a plain gauge', registry=m.registry).set(1)\n")
     for _ in range(2):  # two "workers", one after the other: each leaves its files

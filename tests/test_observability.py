@@ -9,7 +9,9 @@ import time
 
 import pytest
 
-from proxai import logs, requestid
+from proxai.observability import logs
+
+from proxai.http import requestid
 from proxai.mock import Error, Text, Turn, Usage
 from test_passthrough_e2e import MESSAGES, raw_post
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from proxai.mock import Text, Turn
-from proxai.streaming import Outcome
+from proxai.http.streaming import Outcome
 from test_capture import summary as capture_summary
 from test_inspector import detail_of, requests_list
 from test_metrics import scrape

@@ -444,7 +444,7 @@ def test_models_list_and_get(harness, start_proxy):
 
 
 def test_translate_cli_takes_a_gemini_request(tmp_path):
-    from proxai import dryrun
+    from proxai.tools import dryrun
     import engine
 
     body = {"contents": [{"role": "user", "parts": [{"text": "hi"}]}], "generationConfig": {"maxOutputTokens": 64}}
@@ -456,8 +456,7 @@ def test_translate_cli_takes_a_gemini_request(tmp_path):
 
 
 def test_key_query_parameter_is_redacted_in_captures(harness, start_proxy, mock, tmp_path, monkeypatch):
-    from proxai import capture
-
+    from proxai.observability import capture
     home = tmp_path / "home"
     monkeypatch.setenv("PROXAI_HOME", str(home))
     config = harness.default_config()

@@ -429,7 +429,7 @@ def test_request_log_line_has_summary_but_no_secrets_or_prompt(openai_client, an
 
 
 def _chat_chunk(delta: dict, finish=None) -> bytes:
-    from proxai.sse import encode_event
+    from proxai.http.sse import encode_event
 
     return encode_event(json.dumps({"id": "chatcmpl-t", "object": "chat.completion.chunk", "created": 1, "model": "m",
                                     "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}))
@@ -454,7 +454,7 @@ class _StandInStream:
         return [] if self.complete else self.fail("incomplete", "the upstream stream ended before its terminal event")
 
     def fail(self, kind, message, status=502):
-        from proxai.sse import encode_event
+        from proxai.http.sse import encode_event
 
         self.failed = True
         return [encode_event(json.dumps({"error": {"message": message, "type": "server_error", "param": None,
@@ -466,7 +466,7 @@ class _StandInEngine:
     error bodies) is the real engine's."""
 
     def __init__(self, real):
-        from proxai.errors import builtin_tables
+        from proxai.http.errors import builtin_tables
 
         self._real = real
         self.streams = []

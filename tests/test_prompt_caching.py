@@ -14,7 +14,7 @@ import re
 import pytest
 
 from engine import Context, Engine
-from proxai.cli import main
+from proxai.tools.cli import main
 from proxai.mock import Text, ToolCall, Turn, Usage
 from test_metrics import scrape, value
 from test_observability import LogCapture, summary
@@ -481,8 +481,8 @@ def test_translate_trace_names_the_key_source_not_the_key(capsys, tmp_path):
 
 
 def test_config_rejects_an_unknown_policy(harness):
-    from proxai.config import load_dict
-    from proxai.errors import ConfigError
+    from proxai.routing.config import load_dict
+    from proxai.http.errors import ConfigError
     config = provider_config(harness, "always")
     with pytest.raises(ConfigError) as err:
         load_dict(config, {})

@@ -114,7 +114,7 @@ def test_the_protocols_are_the_rules_folders():
 def test_a_config_names_only_protocols_of_the_rules():
     import pytest
 
-    from proxai.config import ConfigError, load_dict
+    from proxai.routing.config import ConfigError, load_dict
 
     doc = {"providers": {"p": {"protocol": "anthropic_message", "base_url": "http://x", "api_key": "k"}}}
     with pytest.raises(ConfigError) as err:
@@ -132,7 +132,7 @@ def test_a_config_names_only_protocols_of_the_rules():
 
 
 def test_provider_options_are_valid_where_the_descriptors_say():
-    from proxai.config import ConfigError, load_dict
+    from proxai.routing.config import ConfigError, load_dict
 
     def problems(protocol, **option):
         try:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import engine
-from proxai.relay import SKIP, SKIP_REPEATS, Relay, relay_table_name
-from proxai.sse import SSEEvent, SSEParser
-from proxai.streaming import Outcome
+from proxai.http.relay import SKIP, SKIP_REPEATS, Relay, relay_table_name
+from proxai.http.sse import SSEEvent, SSEParser
+from proxai.http.streaming import Outcome
 
 TESTS = Path(__file__).parent
 PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")

@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from harness import _serve
-from proxai import reload
-from proxai.app import PROXY_KEY, build_app, make_runner
-from proxai.config import load_file
+from proxai.operations import reload
+from proxai.http.app import PROXY_KEY, build_app, make_runner
+from proxai.routing.config import load_file
 from proxai.mock import Text, Turn
 from test_passthrough_e2e import MESSAGES, raw_post
 from test_rules_override_e2e import OVERRIDE  # Anthropic pause_turn reaches Chat clients as `length`
@@ -271,8 +271,7 @@ def test_readyz_is_open_without_the_proxy_keys(harness, start_proxy):
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
-    from proxai import cli
-
+    from proxai.tools import cli
     root = logging.getLogger()
     level, handlers = root.level, list(root.handlers)
     try:
@@ -325,7 +324,7 @@ def _wait_for(proc: subprocess.Popen, pattern: str, lines: list[str], timeout: f
 def test_sighup_reloads_the_running_server(harness, tmp_path, mock, workers):
     path = tmp_path / "proxai.yaml"
     write(path, harness.default_config())
-    proc = subprocess.Popen([sys.executable, "-m", "proxai.cli", "serve", "--config", str(path), "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "proxai.tools.cli", "serve", "--config", str(path), "--port", "0",
                              "--workers", str(workers)],
                             cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []

@@ -79,7 +79,7 @@ def test_budget_thinking_mode_sends_a_budget_below_max_tokens(budget_proxy, mock
 
 
 def test_budget_thinking_mode_is_anthropic_only(harness):
-    from proxai.config import ConfigError, load_dict
+    from proxai.routing.config import ConfigError, load_dict
 
     config = default_config(harness.mock_url)
     config["providers"]["chat"]["thinking_mode"] = "budget"

@@ -16,9 +16,9 @@ import yaml
 
 from conftest import shared_state
 
-from proxai import cli
-from proxai.config import load_dict
-from proxai.errors import ConfigError
+from proxai.tools import cli
+from proxai.routing.config import load_dict
+from proxai.http.errors import ConfigError
 from proxai.mock import Error, Text, Turn
 from test_resilience_e2e import ANTHROPIC, CHAT, RESPONSES, chat, key_of, metric, provider, upstreams  # noqa: F401
 
@@ -346,8 +346,8 @@ def test_the_capture_names_the_deployment_that_served(start_proxy, deployments):
     ups["a"].enqueue(Error(503, message="down"))
     raw = p.openai().chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "hi"}])
     request_id = raw.headers["x-request-id"]
-    from proxai import capture
-    from proxai.pools import fingerprint
+    from proxai.observability import capture
+    from proxai.routing.pools import fingerprint
 
     root = p.proxy.recorder.root
     text = capture.file_path(root, request_id, "provider_request").read_text()

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from proxai import cli
-from proxai.config import load_dict
-from proxai.errors import ConfigError
-from proxai.pools import fingerprint
+from proxai.tools import cli
+from proxai.routing.config import load_dict
+from proxai.http.errors import ConfigError
+from proxai.routing.pools import fingerprint
 
 
 def doc(**routes) -> dict:

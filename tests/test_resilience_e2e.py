@@ -17,7 +17,7 @@ from conftest import shared_state
 
 from bench.redis_server import free_port
 from proxai.mock import Error, MockUpstream, Stream, Text, Turn
-from proxai.pools import fingerprint
+from proxai.routing.pools import fingerprint
 
 KEY_A, KEY_B, KEY_C = "sk-pool-A-SECRET", "sk-pool-B-SECRET", "sk-pool-C-SECRET"
 CHAT, RESPONSES, ANTHROPIC = "openai_chat_completions", "openai_responses", "anthropic_messages"
@@ -433,8 +433,7 @@ def test_the_capture_names_the_key_fingerprint_never_the_key(start_proxy, upstre
     up.enqueue(rate_limited("30"))
     raw = p.openai().chat.completions.with_raw_response.create(model="m", messages=[{"role": "user", "content": "hi"}])
     request_id = raw.headers["x-request-id"]
-    from proxai import capture
-
+    from proxai.observability import capture
     text = capture.file_path(p.proxy.recorder.root, request_id, "provider_request").read_text()
     assert f"x-proxai-served-by: {fingerprint(KEY_B)}" in text
     assert KEY_A not in text and KEY_B not in text

@@ -16,7 +16,7 @@ from google.genai import types
 
 from gemini_helpers import gemini_config
 from harness import CLIENT_KEY
-from proxai import response_model
+from proxai.http import response_model
 from proxai.mock import Text, Turn
 from server_process import ServerProcess
 from test_passthrough_e2e import raw_post

@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from proxai.config import RouteConfig, load_dict
-from proxai.errors import RoutingError
-from proxai.route_patterns import resolve_kind
-from proxai.routing import Router
+from proxai.routing.config import RouteConfig, load_dict
+from proxai.http.errors import RoutingError
+from proxai.routing.route_patterns import resolve_kind
+from proxai.routing.routes import Router
 
 CHAT, RESP, ANT = "openai_chat_completions", "openai_responses", "anthropic_messages"
 

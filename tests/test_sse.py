@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proxai.sse import SSEEvent, SSEParser, encode_event
+from proxai.http.sse import SSEEvent, SSEParser, encode_event
 
 
 def parse_all(chunks: list[bytes]) -> list[SSEEvent]:

@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 
 import engine
 from proxai.mock import Stream, Text, ToolCall, Turn, render
-from proxai.errors import ProxyError
-from proxai.relay import Relay
-from proxai.streaming import StreamLoop, TranslatedStream
-from proxai.sse import SSEParser
+from proxai.http.errors import ProxyError
+from proxai.http.relay import Relay
+from proxai.http.streaming import StreamLoop, TranslatedStream
+from proxai.http.sse import SSEParser
 from test_stream_integrity import PATH, PROTOCOLS, SHORT, outcome, request_body
 from test_passthrough_e2e import raw_post
 

@@ -12,8 +12,8 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry
 
-from proxai.readiness import Readiness
-from proxai.responses_state import ResponsesState, StateUnavailable
+from proxai.operations.readiness import Readiness
+from proxai.endpoints.responses_state import ResponsesState, StateUnavailable
 from proxai.state import StateError
 from proxai.state.memory import MemoryStore
 

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from proxai.config import StateConfig, load_dict
-from proxai.errors import ConfigError
+from proxai.routing.config import StateConfig, load_dict
+from proxai.http.errors import ConfigError
 from proxai.state import ChainTooDeep, RecordTooLarge, ResponseRecord, StateError, create
 
 BACKENDS = ["memory", "sqlite", "redis"]

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from harness import _serve
 from proxai.mock import Stream, Text, ToolCall, Turn, encode_event, render
-from proxai.sse import SSEParser
+from proxai.http.sse import SSEParser
 from test_passthrough_e2e import raw_post
 
 CHAT, RESPONSES, ANTHROPIC = "openai_chat_completions", "openai_responses", "anthropic_messages"

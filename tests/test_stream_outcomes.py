@@ -13,7 +13,7 @@ import json
 import pytest
 
 from proxai.mock import Stream, Text, Turn, render
-from proxai.streaming import Outcome
+from proxai.http.streaming import Outcome
 from test_observability import LogCapture, summary
 from test_stream_integrity import ANTHROPIC, CHAT, PATH, PROTOCOLS, RESPONSES, SHORT, request_body
 from test_passthrough_e2e import raw_post

@@ -9,10 +9,10 @@ import aiohttp
 import pytest
 
 import engine
-from proxai import capture
-from proxai.relay import Relay
-from proxai.sse import SSEParser, _parse_block
-from proxai.streaming import Outcome, StreamLoop
+from proxai.observability import capture
+from proxai.http.relay import Relay
+from proxai.http.sse import SSEParser, _parse_block
+from proxai.http.streaming import Outcome, StreamLoop
 
 BLOCKS = [
     b'data: {"a":1}\n\n',

@@ -229,7 +229,7 @@ def _worked_example() -> str:
 def _chat_chunks_from_anthropic(eng) -> list:
     ctx = engine.Context(CHAT, ANTHROPIC, provider_name="p")
     translator = eng.open_stream(ctx)
-    from proxai.sse import SSEParser
+    from proxai.http.sse import SSEParser
     events = (b'event: message_start\ndata: {"type":"message_start","message":{"id":"m1","model":"claude-x","usage":{"input_tokens":3}}}\n\n'
               b'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n'
               b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}\n\n'

@@ -18,8 +18,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode  # noqa: E402
 
 from harness import CLIENT_KEY, PROVIDER_KEYS  # noqa: E402
-from proxai import tracing  # noqa: E402
-from proxai.config import TracingConfig, load_dict  # noqa: E402
+from proxai.observability import tracing  # noqa: E402
+from proxai.routing.config import TracingConfig, load_dict  # noqa: E402
 from proxai.mock import Error, Text, Turn, Usage  # noqa: E402
 from test_passthrough_e2e import raw_post  # noqa: E402
 
@@ -147,7 +147,7 @@ def test_off_by_default_and_a_no_op_without_the_extra(harness, monkeypatch, capl
 
 
 def test_tracing_config_is_validated(harness):
-    from proxai.errors import ConfigError
+    from proxai.http.errors import ConfigError
 
     doc = harness.default_config()
     doc["tracing"] = {"enabled": True, "exporter": "zipkin", "sample": 1}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from proxai.cli import main
+from proxai.tools.cli import main
 from proxai.mock import Text, ToolCall, Turn, encode_event, render
 from test_passthrough_e2e import raw_post
 
@@ -145,7 +145,7 @@ def test_missing_file(capsys):
 def test_console_entry_point(tmp_path):
     path = tmp_path / "request.json"
     path.write_text(json.dumps({"model": "m", **REQUESTS[CHAT]}))
-    proc = subprocess.run([sys.executable, "-m", "proxai.cli", "translate", "--from", CHAT, "--to", ANTHROPIC, str(path)],
+    proc = subprocess.run([sys.executable, "-m", "proxai.tools.cli", "translate", "--from", CHAT, "--to", ANTHROPIC, str(path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)

@@ -19,8 +19,8 @@ from gemini_helpers import gemini_config
 from harness import CLIENT_KEY, _serve
 from proxai.mock import Text, ToolCall, Turn
 from proxai.mock.search import DEFAULT_RESULTS, MockSearch
-from proxai.web_search import backends
-from proxai.web_search.backends import Settings
+from proxai.http.web_search import backends
+from proxai.http.web_search.backends import Settings
 from server_process import ServerProcess
 
 STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])

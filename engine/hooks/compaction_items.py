@@ -3,7 +3,7 @@
 A Responses client compacts its history with ``POST /v1/responses/compact`` or with a
 ``compaction_trigger`` as the final input item of ``POST /v1/responses`` (Codex's remote
 compaction). Toward a provider of another protocol the proxy asks the routed model for a
-summary (proxai/compaction.py, the prompt of rules/tables/context_management.yaml) and
+summary (proxai/endpoints/compaction.py, the prompt of rules/tables/context_management.yaml) and
 answers with one ``compaction`` item whose ``encrypted_content`` is a continuation
 envelope (engine/hooks/continuation.py) holding the summary: ``{"k": "compaction", "t":
 summary}``, signed when ``continuation.secret`` is set. A later request that carries the

@@ -11,7 +11,7 @@ provider protocol gets them), in the order the client listed them:
 * ``clear_thinking_20251015``: the thinking of all but the ``keep`` most recent assistant
   turns that have some is removed;
 * ``compact_20260112``: once the input reaches the trigger, the request is marked for
-  compaction (``ctx.compaction``); proxai/compaction.py asks the routed model for the
+  compaction (``ctx.compaction``); proxai/endpoints/compaction.py asks the routed model for the
   summary and the client's answer opens with the compaction block.
 
 An on-demand compaction request (the top-level ``compaction: {type: summarize}``) is
@@ -19,7 +19,7 @@ marked the same way, whatever the history's size, for the compaction block alone
 
 A history that carries a compaction block is expanded first, whether or not the request
 asks for compaction: the block's summary replaces everything before it, as Anthropic's
-API does. Input tokens are the proxy's estimate (proxai/token_estimate.py) of the
+API does. Input tokens are the proxy's estimate (proxai/endpoints/token_estimate.py) of the
 client's request as the provider would see it. What was cleared is reported on
 ``ctx.context_management`` and reaches the client as the response's
 ``context_management.applied_edits`` (streaming: on the final message_delta). Defaults,
@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import re
 
-from proxai import token_estimate
-
+from proxai.endpoints import token_estimate
 from ..errors import InvalidRequest
 
 SETTINGS = "context_management.setting->value"

@@ -46,7 +46,7 @@ SELECT parent_id, data FROM chain ORDER BY depth
 
 
 def default_path() -> Path:
-    from proxai.capture import home
+    from proxai.observability.capture import home
 
     return home() / "state.db"
 

@@ -58,7 +58,7 @@ import orjson  # noqa: E402
 
 import engine  # noqa: E402
 from engine.stream import StreamRun, StreamTranslator  # noqa: E402
-from proxai.sse import SSEEvent, SSEParser  # noqa: E402
+from proxai.http.sse import SSEEvent, SSEParser  # noqa: E402
 
 PROTOCOLS = ("openai_chat_completions", "openai_responses", "anthropic_messages")
 CAPTURE_TESTS = ("test_codec_chat.py", "test_codec_anthropic.py", "test_codec_responses.py",

@@ -1,0 +1,671 @@
+"""Responses API state for providers of other protocols (docs/responses-state.md "Responses state").
+
+A Responses client routed to a Chat or Anthropic provider gets OpenAI's stateful
+semantics from the proxy's store:
+
+* `previous_response_id`: the conversation is rebuilt (every ancestor's input items
+  and output items, oldest first, then the new input) and the request goes on as if
+  the client had sent the whole history; `instructions` and `tools` come only from
+  the new request. An unknown, expired or foreign id is OpenAI's 400
+  `previous_response_not_found`, and the provider is not called.
+* `store` (default true): the turn is written as a delta (its own input items, its
+  rendered response, a parent link) BEFORE the response, or the stream's terminal
+  event, reaches the client, so a quick next turn can never miss it.
+* `GET /v1/responses/{id}`, `DELETE /v1/responses/{id}`,
+  `GET /v1/responses/{id}/input_items`.
+
+History travels in the Responses wire form the client saw, reasoning items included:
+their `encrypted_content` is the continuation envelope carrying the provider's
+signature or encrypted reasoning, so it reaches the provider byte-identical.
+
+Records are scoped by tenant, a keyed hash of the client's API key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+import time
+import uuid
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+from aiohttp import web
+from prometheus_client import Counter, Gauge, Histogram
+
+from proxai.http import errors as E
+from proxai.routing import clients
+from proxai.http import requestid
+from proxai.protocols import RESPONSES
+from proxai.state import ChainTooDeep, RecordTooLarge, ResponseRecord, StateError, StateStore, create
+
+log = logging.getLogger("proxai.state")
+
+# Lifecycle events whose `response` snapshot echoes previous_response_id and store.
+_SNAPSHOT_EVENTS = frozenset({b"response.created", b"response.in_progress", b"response.completed",
+                              b"response.incomplete", b"response.failed", b"response.queued"})
+# The stream's terminal events that leave a response worth continuing from.
+_STORED_TERMINALS = frozenset({b"response.completed", b"response.incomplete"})
+_STORED_STATUSES = frozenset({"completed", "incomplete"})
+
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+_TENANT_KEY = "state:tenant-key"
+_SWEEP_EVERY_SECS = 60.0
+PROBE_EVERY_SECS = 2.0  # how soon a store that went down shows in /readyz, the gauge and the log
+RECONNECT_MIN_SECS = 0.5
+RECONNECT_MAX_SECS = 30.0
+
+_ITEM_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
+                   "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_", "reasoning": "rs_"}
+
+
+class StateUnavailable(E.ProxyError):
+    status = 503
+    kind = "state_unavailable"
+
+
+def build(config, metrics) -> "ResponsesState | None":
+    store = create(config.state)
+    if store is None:
+        return None
+    return ResponsesState(store, metrics.registry, secret=config.continuation_secret)
+
+
+class ResponsesState:
+    def __init__(self, store: StateStore, registry, *, secret: str | None = None):
+        self.store = store
+        self._secret = secret.encode() if secret else None
+        self._key: bytes | None = None
+        self._sweeper: asyncio.Task | None = None
+        self._supervisor: asyncio.Task | None = None
+        self._opened = False
+        self._wake = asyncio.Event()
+        self.up: bool | None = None  # None until the first connect attempt ends
+        self.reason: str | None = "not connected yet"  # why the store is not up
+        self._down_since = 0.0
+        self._sleep = asyncio.sleep  # the reconnect backoff's wait; a test steps through it
+        backend = store.name
+        ops = Counter("proxai_state_ops", "State store operations by backend, operation and outcome",
+                      ("backend", "op", "outcome"), registry=registry)
+        latency = Histogram("proxai_state_op_duration_seconds", "State store operation latency",
+                            ("backend", "op"), buckets=_BUCKETS, registry=registry)
+        # Workers: 0 when any live worker cannot reach the store.
+        self._up_gauge = Gauge("proxai_state_store_up", "1 while the state store answers, 0 while it is down",
+                               ("backend",), registry=registry, multiprocess_mode="livemin").labels(backend)
+
+        def observe(op: str, outcome: str, seconds: float) -> None:
+            ops.labels(backend, op, outcome).inc()
+            latency.labels(backend, op).observe(seconds)
+            if outcome == "error":
+                self._wake.set()  # probe now rather than at the next tick
+
+        store.observer = observe
+
+    # --- lifecycle ---
+
+    async def start(self) -> None:
+        """Connect; a remote store (Redis) that cannot be reached does not stop startup: the
+        proxy serves what needs no store and reconnects in the background."""
+        try:
+            await self._connect()
+        except StateError as exc:
+            if not self.store.remote:
+                raise  # a local file that cannot open will not heal by waiting
+            self._went_down(str(exc))
+        else:
+            self._came_up()
+            await self._sweep()
+        loop = asyncio.get_running_loop()
+        self._supervisor = loop.create_task(self._supervise())
+        self._sweeper = loop.create_task(self._sweep_forever())
+
+    async def ready(self) -> str | None:
+        """The `/readyz` check: None while the store is up, else why not. No I/O: the
+        supervisor's last probe answers, so a slow store cannot slow the probe down."""
+        return None if self.up else self.reason
+
+    async def stop(self) -> None:
+        for task in (self._supervisor, self._sweeper):
+            if task is None:
+                continue
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        await self.store.close()
+
+    async def _connect(self) -> None:
+        if not self._opened:
+            await self.store.open()
+            self._opened = True
+        else:
+            await self.store.ping()
+        self.store.outage = None  # the backend answers: let the tenant key through
+        await self._resolve_key()
+
+    async def _resolve_key(self) -> None:
+        if self._secret is not None:
+            self._key = self._secret
+            return
+        # One random key per store, shared by every worker and instance that uses it. A
+        # process that has one offers it: a store that lost it (Redis restarted without
+        # persistence) gets the same key back, so instances keep agreeing on tenants.
+        offered = self._key or secrets.token_bytes(32)
+        await self.store.kv_set(_TENANT_KEY, offered, only_if_absent=True)
+        key = await self.store.kv_get(_TENANT_KEY)
+        if not key:
+            raise StateError("the tenant key could not be read back from the state store")
+        self._key = key
+
+    async def _supervise(self) -> None:
+        """While up, probe; while down, reconnect with a doubling backoff, capped."""
+        delay = RECONNECT_MIN_SECS
+        while True:
+            if self.up:
+                await self._watch()
+                delay = RECONNECT_MIN_SECS
+            else:
+                await self._sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX_SECS)
+                await self._reconnect()
+
+    async def _watch(self) -> None:
+        """One probe, PROBE_EVERY_SECS after the last or at once after a failed operation."""
+        try:
+            await asyncio.wait_for(self._wake.wait(), PROBE_EVERY_SECS)
+        except asyncio.TimeoutError:
+            pass
+        self._wake.clear()
+        try:
+            await self.store.ping()
+        except StateError as exc:
+            self._went_down(str(exc))
+
+    async def _reconnect(self) -> None:
+        try:
+            await self._connect()
+        except StateError as exc:
+            self.reason = self.store.outage = str(exc)  # no log line: one per change, not per attempt
+        else:
+            self._came_up()
+
+    def _went_down(self, reason: str) -> None:
+        self.reason = reason
+        self.store.outage = reason
+        self._up_gauge.set(0)
+        if self.up is not False:
+            self._down_since = time.monotonic()
+            log.warning("state store %s (%s) is down: %s; stateful Responses requests get 503 until it is back, "
+                        "reconnecting in the background", self.store.name, self.store.location, reason)
+        self.up = False
+
+    def _came_up(self) -> None:
+        was_down = self.up is False
+        self.up, self.reason = True, None
+        self.store.outage = None
+        self._up_gauge.set(1)
+        if was_down:
+            log.info("state store %s (%s) is back after %.1fs", self.store.name, self.store.location,
+                     time.monotonic() - self._down_since)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            await asyncio.sleep(_SWEEP_EVERY_SECS)
+            await self._sweep()
+
+    async def _sweep(self) -> None:
+        if not self.up:
+            return  # nothing to sweep in a store that is not there
+        try:
+            removed = await self.store.sweep()
+        except StateError as exc:
+            log.warning("state sweep failed: %s", exc)
+            return
+        if removed:
+            log.info("state sweep removed %d expired entries", removed)
+
+    # --- tenancy ---
+
+    def tenant(self, request: web.Request) -> str:
+        presented = clients.presented(request.headers)
+        if not self.up or self._key is None:  # no I/O to learn what the supervisor knows already
+            raise StateUnavailable(f"the state store is unavailable: {self.reason}")
+        try:
+            material = (presented or "").encode()
+        except UnicodeEncodeError:  # bytes that are not UTF-8 (aiohttp hands them over as surrogates)
+            raise E.Unauthorized("invalid API key: it is not UTF-8 text") from None
+        return hmac.new(self._key, material, hashlib.sha256).hexdigest()[:32]
+
+    # --- POST /v1/responses toward another protocol ---
+
+    async def begin(self, request: web.Request, body: dict, provider: str) -> "Turn":
+        """Resolve previous_response_id into `body["input"]` (in place) and open the turn."""
+        new_items = _input_items(body.get("input"))
+        parent_id = body.get("previous_response_id")
+        if parent_id is not None and (not isinstance(parent_id, str) or not parent_id):
+            raise E.InvalidRequest("previous_response_id must be a non-empty string", param="previous_response_id")
+        store = body.get("store") is not False
+        # A turn that neither continues nor is stored needs no tenant, so no store: it is
+        # served while the store is down. One that does fails here, before the provider is called.
+        tenant = self.tenant(request) if parent_id is not None or store else ""
+        chain_ids: set = set()
+        if parent_id is not None:
+            chain = await self._chain(tenant, parent_id)
+            history: list = []
+            for record in chain:
+                chain_ids.add(record.id)
+                history.extend(record.input_items)
+                history.extend(record.output_items)
+            body["input"] = history + copy.deepcopy(new_items)
+            del body["previous_response_id"]
+        turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store, chain_ids)
+        turn.fixed_id = getattr(request, "fixed_response_id", None)  # a background run's request has one
+        if store:
+            size = len(orjson.dumps(new_items))
+            if size > self.store.max_record_bytes:
+                raise E.InvalidRequest(
+                    f"this turn's input is {size} bytes, over the stored-response limit state.max_record_bytes "
+                    f"({self.store.max_record_bytes}); send it with store: false, or raise the limit", param="input")
+        return turn
+
+    async def _chain(self, tenant: str, response_id: str) -> list[ResponseRecord]:
+        try:
+            chain = await self.store.chain(tenant, response_id)
+        except ChainTooDeep as exc:
+            raise E.InvalidRequest(f"{exc}; start a new conversation with the history in input",
+                                   param="previous_response_id") from None
+        except StateError as exc:
+            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        if chain is None:
+            raise _not_found_previous(response_id)
+        return chain
+
+    # --- GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items ---
+
+    async def retrieve(self, request: web.Request) -> web.Response:
+        record = await self._record(request)
+        return _json(200, record.response)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        response_id, _ = await self._stored(request, self.store.delete)
+        return _json(200, {"id": response_id, "object": "response", "deleted": True})
+
+    async def input_items(self, request: web.Request) -> web.Response:
+        _, items = await self._stored(request, self.store.list_items)
+        query = request.query
+        order = query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise E.InvalidRequest(f"order must be 'asc' or 'desc' (got {order!r})", param="order")
+        try:
+            limit = int(query.get("limit", "20"))
+        except ValueError:
+            raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit") from None
+        if not 1 <= limit <= 100:
+            raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit")
+        if order == "desc":
+            items.reverse()
+        after = query.get("after")
+        if after:
+            ids = [item.get("id") for item in items]
+            if after not in ids:
+                raise E.InvalidRequest(f"no input item with id {after!r} in this response", param="after")
+            items = items[ids.index(after) + 1:]
+        page = items[:limit]
+        return _json(200, {
+            "object": "list",
+            "data": page,
+            "first_id": page[0].get("id") if page else None,
+            "last_id": page[-1].get("id") if page else None,
+            "has_more": len(items) > limit,
+        })
+
+    async def _record(self, request: web.Request) -> ResponseRecord:
+        return (await self._stored(request, self.store.get))[1]
+
+    async def _stored(self, request: web.Request, read) -> tuple[str, Any]:
+        """`read(tenant, response_id)` for the path's response id: a store failure is a 503, a
+        missing (None or False) result a 404."""
+        response_id = request.match_info["response_id"]
+        try:
+            found = await read(self.tenant(request), response_id)
+        except StateError as exc:
+            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        if found is None or found is False:
+            raise _not_found(response_id)
+        return response_id, found
+
+
+class Turn:
+    """One stateful POST: patches the client's response and writes the record before it goes out."""
+
+    def __init__(self, state: ResponsesState, tenant: str, parent_id: str | None, provider: str,
+                 model: Any, input_items: list, store: bool, chain_ids: set):
+        self.state = state
+        self.tenant = tenant
+        self.parent_id = parent_id
+        self.provider = provider
+        self.model = model if isinstance(model, str) else ""
+        self.input_items = input_items
+        self.store = store
+        self.chain_ids = chain_ids
+        self.committed = False
+        self.fixed_id: str | None = None  # a background run's: minted before the provider answered
+
+    def patch(self, response: dict) -> dict:
+        """The echo fields OpenAI's Response carries for state."""
+        response["previous_response_id"] = self.parent_id
+        response["store"] = self.store
+        return response
+
+    async def claim_id(self, response_id: str) -> str:
+        """The id a streamed response will be stored under, decided before the client sees it:
+        the derived one unless a stored record (or this conversation) already has it; a
+        fresh one for a response that is not stored."""
+        if self.fixed_id:
+            return self.fixed_id
+        if not self.store:
+            return _remint(response_id)
+        if response_id == self.parent_id or response_id in self.chain_ids:
+            return _remint(response_id)
+        try:
+            taken = await self.state.store.get(self.tenant, response_id) is not None
+        except StateError as exc:
+            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        return _remint(response_id) if taken else response_id
+
+    async def commit(self, response: dict, *, claimed: bool = False) -> None:
+        """Write the record (a no-op with store false, or for a response that did not complete).
+        An id that is taken already gets a suffix (some providers repeat ids), unless the stream
+        already `claimed` it."""
+        if not self.store or self.committed or response.get("status") not in _STORED_STATUSES:
+            return
+        if not claimed and (response["id"] == self.parent_id or response["id"] in self.chain_ids):
+            response["id"] = _remint(response["id"])
+        record = ResponseRecord(
+            id=response["id"], tenant=self.tenant, parent_id=self.parent_id, client_protocol=RESPONSES,
+            provider=self.provider, model=self.model, input_items=self.input_items, response=response,
+        )
+        try:
+            if not await self.state.store.put(record, only_if_absent=not claimed):
+                record.id = response["id"] = _remint(response["id"])
+                await self.state.store.put(record, only_if_absent=True)
+        except RecordTooLarge as exc:
+            raise E.ProxyError(f"the response could not be stored: {exc}; resend with store: false, or raise the limit",
+                               status=500, code="server_error") from None
+        except StateError as exc:
+            raise StateUnavailable(f"the response could not be stored: {exc}") from None
+        self.committed = True
+
+    async def finish_body(self, response: dict) -> dict:
+        if not self.store:
+            # Providers may repeat ids: an unstored answer must never carry a stored one's id.
+            response["id"] = _remint(response["id"])
+        await self.commit(self.patch(response))
+        return response
+
+    def tee(self, client):
+        return _StreamTee(client, self)
+
+
+class _StreamTee:
+    """Wraps the client's stream writer: patches lifecycle snapshots and commits the record
+    before the terminal event is written. The translator writes whole `event:`/`data:`
+    frames, so frames split cleanly at blank lines."""
+
+    def __init__(self, inner, turn: Turn):
+        self._inner = inner
+        self._turn = turn
+        self._seq = -1
+        self._snapshot: dict | None = None
+        self._id: str | None = None  # the claimed response id, once response.created went by
+        self._dead = False  # the stream ended with a state error: nothing more goes out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def write(self, data: bytes) -> None:
+        if self._dead:
+            return
+        if b"event: response." not in data:
+            self._track(data)
+            await self._inner.write(data)
+            return
+        out: list[bytes] = []
+        for frame in data.split(b"\n\n"):
+            if not frame:
+                continue
+            name, payload = _frame(frame)
+            if payload is not None and isinstance(payload.get("sequence_number"), int):
+                self._seq = max(self._seq, payload["sequence_number"])
+            if name in _SNAPSHOT_EVENTS and payload is not None and isinstance(payload.get("response"), dict):
+                snapshot = payload["response"]
+                if self._id is None and isinstance(snapshot.get("id"), str):
+                    try:
+                        self._id = await self._turn.claim_id(snapshot["id"])
+                    except E.ProxyError as err:
+                        await self._inner.write(b"".join(out) + E.render_stream(
+                            RESPONSES, err, sequence_number=self._seq, response=snapshot))
+                        self._dead = True
+                        return
+                if self._id is not None:
+                    snapshot["id"] = self._id
+                self._snapshot = self._turn.patch(snapshot)
+                if name in _STORED_TERMINALS:
+                    if out:
+                        await self._inner.write(b"".join(out))
+                        out = []
+                    try:
+                        await self._turn.commit(payload["response"], claimed=True)
+                    except E.ProxyError as err:
+                        log.error("state: %s", err.message)
+                        failed = dict(self._snapshot)
+                        await self._inner.write(E.render_stream(RESPONSES, err, sequence_number=self._seq, response=failed))
+                        self._dead = True
+                        return
+                frame = b"event: " + name + b"\ndata: " + orjson.dumps(payload)
+            out.append(frame + b"\n\n")
+        if out:
+            await self._inner.write(b"".join(out))
+
+    def _track(self, data: bytes) -> None:
+        i = data.rfind(b'"sequence_number":')
+        if i >= 0:
+            digits = data[i + 18:i + 30].split(b",")[0].split(b"}")[0].strip()
+            if digits.isdigit():
+                self._seq = max(self._seq, int(digits))
+
+
+def _remint(response_id: str) -> str:
+    return f"{response_id}_{uuid.uuid4().hex[:16]}"
+
+
+def _frame(frame: bytes) -> tuple[bytes | None, dict | None]:
+    name = None
+    data = None
+    for line in frame.split(b"\n"):
+        if line.startswith(b"event: "):
+            name = line[7:].strip()
+        elif line.startswith(b"data: "):
+            data = line[6:]
+    if data is None:
+        return name, None
+    try:
+        payload = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return name, None
+    return name, payload if isinstance(payload, dict) else None
+
+
+# --- input items ---------------------------------------------------------------------
+
+
+def _input_items(value: Any) -> list:
+    """The request's input as stored items: the string form becomes a user message, easy
+    messages get `type: message`, and every item an id (input_items lists them by id).
+    The decoder validates the items themselves later, so odd shapes are kept as sent."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
+    if not isinstance(value, list):
+        return []
+    items = []
+    for item in value:
+        if not isinstance(item, dict):
+            items.append(item)
+            continue
+        item = copy.deepcopy(item)
+        kind = item.get("type")
+        if kind is None and "role" in item:
+            item["type"] = kind = "message"
+        if kind == "message" and isinstance(item.get("content"), str):
+            part = "output_text" if item.get("role") == "assistant" else "input_text"
+            item["content"] = [{"type": part, "text": item["content"]}]
+            if part == "output_text":
+                item["content"][0]["annotations"] = []
+        if not item.get("id"):
+            item["id"] = _ITEM_ID_PREFIX.get(kind, "item_") + uuid.uuid4().hex
+        if kind in ("message", "function_call_output", "custom_tool_call_output") and "status" not in item:
+            item["status"] = "completed"
+        items.append(item)
+    return items
+
+
+# --- errors and responses -------------------------------------------------------------
+
+
+def _not_found_previous(response_id: str) -> E.InvalidRequest:
+    return E.InvalidRequest(f"Previous response with id '{response_id}' not found.",
+                            param="previous_response_id", code="previous_response_not_found")
+
+
+def _not_found(response_id: str) -> E.NotFound:
+    return E.NotFound(f"Response with id '{response_id}' not found.", error_type="invalid_request_error", type_family="openai")
+
+
+def _json(status: int, body: Any) -> web.Response:
+    response = web.Response(status=status, body=orjson.dumps(body))
+    response.headers["Content-Type"] = "application/json"
+    return response
+
+
+def add_routes(app: web.Application, proxy) -> None:
+    """GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items. An id the
+    proxy did not store goes to the default Responses provider, when there is one (the
+    provider holds the state of passed-through responses) and the id may be read by this
+    client (`_may_forward`); otherwise 404."""
+
+    def handler(name: str):
+        async def handle(request: web.Request) -> web.StreamResponse:
+            proxy.authorize(request)
+            state = proxy.state
+            try:
+                if state is None:
+                    raise E.NotFound(f"no endpoint at {request.path}: state.backend is none, responses are not stored")
+                from proxai.endpoints import background
+                response = await background.answer(proxy, request, name)  # a background run's, else None
+                if not isinstance(response, web.StreamResponse):
+                    deleted_run = response is not None
+                    try:
+                        response = await getattr(state, name)(request)
+                    except E.NotFound:
+                        if not deleted_run:
+                            raise
+                        response = _json(200, {"id": request.match_info["response_id"], "object": "response", "deleted": True})
+            except E.NotFound as missing:
+                response = await _forward(proxy, request, missing, name)
+            requestid.stamp(response.headers, requestid.current.get())
+            return response
+
+        return handle
+
+    app.router.add_get("/v1/responses/{response_id}", handler("retrieve"))
+    app.router.add_delete("/v1/responses/{response_id}", handler("delete"))
+    app.router.add_get("/v1/responses/{response_id}/input_items", handler("input_items"))
+
+
+# --- provider-held responses ---------------------------------------------------------------
+
+# The shape of the ids a Responses provider mints (`resp_` and a token): anything else is
+# not forwarded, so no path, query or fragment can ride along on the provider's key.
+_PROVIDER_ID = re.compile(r"resp_[A-Za-z0-9_-]{1,200}")
+# The query parameters each forwarded endpoint takes (the OpenAI API's); others are dropped.
+_FORWARD_QUERY = {
+    "retrieve": frozenset({"include", "include[]", "include_obfuscation", "starting_after", "stream"}),
+    "delete": frozenset(),
+    "input_items": frozenset({"after", "before", "include", "include[]", "limit", "order"}),
+}
+_OWNER_KEY = "passthrough-owner:"
+
+
+async def remember_passthrough(proxy, request: web.Request, response_id: str | None) -> None:
+    """Note which tenant a passed-through response belongs to, before its id reaches the
+    client: only that tenant's reads and deletes of it are forwarded to the provider."""
+    state = proxy.state
+    if state is None or response_id is None or not _PROVIDER_ID.fullmatch(response_id):
+        return
+    try:
+        await state.store.kv_set(_OWNER_KEY + response_id, state.tenant(request).encode(), ttl_secs=state.store.ttl_secs)
+    except (StateError, StateUnavailable) as exc:
+        # The provider has answered and holds the response: it is served. Unnoted, the id is
+        # forwarded later only while the proxy has at most one tenant (_may_forward).
+        log.warning("state: the owner of a passed-through response could not be noted: %s", exc)
+
+
+async def _may_forward(proxy, request: web.Request, response_id: str) -> bool:
+    """A provider-held id is forwarded for the tenant that created it through this proxy.
+    An id the proxy never relayed (made at the provider directly, or before the store
+    remembered owners) is forwarded only while the proxy has one tenant at most: with
+    several client keys, one client could otherwise read or delete another's."""
+    if not _PROVIDER_ID.fullmatch(response_id):
+        return False
+    single_tenant = len(proxy.config.server.api_keys) <= 1
+    state = proxy.state
+    if state is None:
+        return single_tenant
+    try:
+        owner = await state.store.kv_get(_OWNER_KEY + response_id)
+    except StateError as exc:
+        raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+    if owner is None:
+        return single_tenant
+    return hmac.compare_digest(owner, state.tenant(request).encode())
+
+
+async def _forward(proxy, request: web.Request, missing: E.NotFound, endpoint: str) -> web.Response:
+    from proxai.http.transport import read_body
+
+    name = proxy.config.default_providers.get(RESPONSES)
+    provider = proxy.config.providers.get(name) if name else None
+    wire = proxy.engine.wire
+    if provider is None or not wire.has(provider.protocol, "stored_responses"):  # it keeps no responses
+        raise missing
+    response_id = request.match_info["response_id"]
+    if not await _may_forward(proxy, request, response_id):
+        raise missing
+    # the stored response is a resource below the generation endpoint (/responses/{id})
+    path = wire.target(provider.protocol, "generate").path + "/" + quote(response_id, safe="") + ("/input_items" if endpoint == "input_items" else "")
+    allowed = _FORWARD_QUERY[endpoint]
+    query = [(key, value) for key, value in request.query.items() if key in allowed]
+    upstream = await proxy.transport.forward(wire, provider, request.method, path, query, request.headers)
+    try:
+        await proxy.raise_for_status(upstream, provider)
+        data = await read_body(upstream, provider, cap=proxy.config.server.max_upstream_body_bytes)
+    finally:
+        upstream.release()
+    if request.method == "DELETE" and proxy.state is not None:
+        try:
+            await proxy.state.store.kv_delete(_OWNER_KEY + response_id)
+        except StateError as exc:  # the response is gone at the provider; its owner note expires with the TTL
+            log.warning("state: could not drop the owner of %s: %s", response_id, exc)
+    response = web.Response(status=upstream.status, body=data)
+    response.headers["Content-Type"] = upstream.headers.get("Content-Type", "application/json")
+    response.headers.update(E.preserved_headers(upstream.headers))
+    return response

@@ -1,0 +1,1 @@
+"""Observability: the request log, metrics, tracing, capture and the inspector."""

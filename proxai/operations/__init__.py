@@ -1,0 +1,1 @@
+"""Operations: reload, drain and shutdown, workers, readiness."""
