@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from gemini_helpers import gemini_config
+from harness import CLIENT_KEY
 from proxai.mock import Text, Turn
 from test_open_responses_compliance import RESOURCE, event_errors, schema_errors
 
@@ -236,3 +237,21 @@ def test_a_background_turn_of_a_conversation_is_added_to_it(client, mock, provid
     items = client.conversations.items.list(conversation.id, order="asc").data
     assert [item.type for item in items] == ["message", "message", "message"]
     assert items[-1].role == "assistant" and items[-1].content[0].text == "w0 w1 w2"
+
+
+def test_a_quiet_run_keeps_its_followers_connection_alive(harness, start_proxy, mock):
+    import httpx2 as httpx
+
+    doc = gemini_config(harness.mock_url)
+    doc["state"] = {"backend": "memory"}
+    doc["server"] = {"stream_heartbeat_secs": 0.2}
+    proxy = start_proxy(doc)
+    c = proxy.openai()
+    mock.enqueue(Turn(blocks=[Text("after a pause")], stall_after=2, stall_secs=1.0))
+    created = c.responses.create(model="anthropic/m", input="hi", background=True)
+    with httpx.stream("GET", f"{proxy.url}/v1/responses/{created.id}", params={"stream": "true"},
+                      headers={"Authorization": f"Bearer {CLIENT_KEY}"}, timeout=10) as response:
+        body = b"".join(response.iter_bytes())
+    assert b": keep-alive\n\n" in body  # while the provider was silent
+    assert body.rstrip().endswith(b"}") and b"event: response.completed" in body
+    assert wait_final(c, created.id).output_text == "after a pause"

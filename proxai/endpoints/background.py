@@ -549,8 +549,28 @@ async def _stream_out(proxy, request: web.Request, frames, info: dict) -> web.St
     requestid.stamp(response.headers, info.get("request_id") or requestid.current.get())
     info["status"] = 200
     await response.prepare(request)
-    async for frame in frames:
-        await response.write(frame)
+    # A run may be quiet for long (a model thinking): comments keep the connection alive, as in any stream.
+    protocol = proxy.paths.protocol_for(request.path, request.headers)
+    beat = proxy.config.server.stream_heartbeat_secs if proxy.engine.wire.comments_allowed(protocol) else 0
+    iterator = frames.__aiter__()
+    pending: asyncio.Future | None = None
+    try:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(iterator.__anext__())
+            done, _ = await asyncio.wait({pending}, timeout=beat or None)
+            if not done:
+                await response.write(HEARTBEAT)
+                continue
+            try:
+                frame = pending.result()
+            except StopAsyncIteration:
+                break
+            pending = None
+            await response.write(frame)
+    finally:
+        if pending is not None and not pending.done():
+            pending.cancel()
     await response.write_eof()
     return response
 

@@ -315,7 +315,7 @@ class MockUpstream:
                 return resp
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
-            pass
+            self.cut_short += 1
         return resp
 
     async def _hang(self, request: web.Request, body: dict, h: Hang) -> web.StreamResponse:
