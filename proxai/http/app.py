@@ -29,7 +29,7 @@ from proxai.endpoints import compaction, conversations
 from proxai.http import response_model, server_tools, web_search
 from proxai.endpoints import background
 from proxai.endpoints import responses_ws
-from proxai import responses_compact
+from proxai.endpoints import responses_compact
 from proxai.routing.caching import caching_context
 from proxai.http import errors as E
 from proxai.routing.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 from aiohttp import web
+from aiohttp.http_exceptions import ContentEncodingError
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
@@ -113,11 +114,32 @@ FAST = {protocol: _fast_checker(v.schema) for protocol, v in VALIDATORS.items()}
 _FAST_DEFAULT = _fast_checker(DEFAULT.schema)
 
 
+# The Content-Encodings aiohttp's server decodes before the body is read (gzip and deflate
+# by zlib, br with the brotli package, zstd with backports.zstd: Codex compresses its
+# requests with zstd). The decoded bytes are what `limit` bounds, read a bounded chunk at
+# a time, so a small compressed body that inflates without end stops at the limit.
+DECODED = frozenset({"gzip", "deflate", "br", "zstd"})
+
+
+def _encoding(request: web.Request) -> str | None:
+    value = request.headers.get("Content-Encoding", "").strip().lower()
+    if value in ("", "identity"):
+        return None
+    if value not in DECODED:
+        raise InvalidRequest("the request's Content-Encoding is not supported; send the body as gzip, deflate, br, "
+                             "zstd or unencoded", param="Content-Encoding", status=415)
+    return value
+
+
 async def read(request: web.Request, limit: int, timeout: float) -> bytes:
     """The whole request body: at most `limit` bytes (else 413), all of it within `timeout`
     seconds (else 408). Called before the request takes a concurrency slot, so a client
-    that stalls mid-upload holds only its own connection."""
+    that stalls mid-upload holds only its own connection. A compressed body is decoded
+    (DECODED): the limit is its decoded size, and one that does not decode is a 400."""
+    encoding = _encoding(request)
     too_large = f"request body is larger than the limit of {limit} bytes"
+    if encoding is not None:
+        too_large += f" once decoded (Content-Encoding: {encoding})"
     if request.content_length is not None and request.content_length > limit:
         raise RequestTooLarge(too_large)
     try:
@@ -132,6 +154,15 @@ async def read(request: web.Request, limit: int, timeout: float) -> bytes:
         ) from None
     except web.HTTPRequestEntityTooLarge:
         raise RequestTooLarge(too_large) from None
+    except web.RequestPayloadError as exc:
+        if encoding is None or not isinstance(exc.__cause__, ContentEncodingError):
+            raise
+        # The rest of the body cannot be read either: the connection closes after the answer,
+        # and the body counts as read (aiohttp would drain it and log the decoder's error again).
+        request.protocol.close()
+        request.content.feed_eof()
+        raise InvalidRequest(f"request body could not be decoded: it is not valid {encoding} data "
+                             f"(Content-Encoding: {encoding})", param="Content-Encoding") from None
     if len(raw) > limit:
         raise RequestTooLarge(too_large)
     return raw
