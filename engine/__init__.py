@@ -99,13 +99,33 @@ class Engine:
 
     def http_error(self, protocol: str, err: ProxyError) -> dict:
         """The HTTP error body a client of `protocol` expects for `err`, by the protocol's
-        `errors.encode` rule over the IR error. The error's own type goes in only when it
-        is of the protocol's vocabulary (another protocol's type would be a wrong value)."""
+        `errors.encode` rule over the IR error."""
+        return run_template(self.protocols[protocol].error_encode, self._ir_error(protocol, err), protocol)
+
+    def failure(self, protocol: str, err: ProxyError) -> dict:
+        """The error object of a response that ended failed (a background run's), by the
+        protocol's `errors.failure` rule over the IR error."""
         descriptor = self.protocols[protocol]
+        return run_template(descriptor.error_rules.get("failure"), self._ir_error(protocol, err), protocol,
+                            "errors.failure")
+
+    def stream_error(self, protocol: str, err: ProxyError, sequence_number: int = 0, response=None) -> list[dict]:
+        """The events of an in-stream error the server writes outside the stream rules (a
+        stored response's state failing under a translated stream), by the protocol's
+        `errors.stream` rule over the IR error with `sequence_number` (the next unused one)
+        and `response` (the last snapshot, or None)."""
+        descriptor = self.protocols[protocol]
+        ir = {**self._ir_error(protocol, err), "sequence_number": sequence_number, "response": response}
+        events = run_template(descriptor.error_rules.get("stream"), ir, protocol, "errors.stream")
+        return events if isinstance(events, list) else [events]
+
+    def _ir_error(self, protocol: str, err: ProxyError) -> dict:
+        """The IR error of `err`. Its own type goes in only when it is of the protocol's
+        vocabulary (another protocol's type would be a wrong value)."""
         ir = {"status": err.status, "message": err.message, "code": err.code, "param": err.param}
-        if err.error_type and err.type_family == descriptor.error_vocabulary:
+        if err.error_type and err.type_family == self.protocols[protocol].error_vocabulary:
             ir["error_type"] = err.error_type
-        return run_template(descriptor.error_encode, ir, protocol)
+        return ir
 
     def parse_error(self, protocol: str, status: int, body) -> dict:
         """A provider's error body as the IR error {status, message, error_type, code, param,

@@ -19,6 +19,9 @@ SHARED_PREFIX = "protocol."
 SUMMARY_FIELDS = ("usage", "stop", "model", "id")
 #: the variables a protocol-level template may read besides its params
 GLOBALS = frozenset({"ctx", "root"})
+#: the templates of `errors:`: the HTTP error body and its parse; a failed response's
+#: error object; the in-stream error the server writes outside the stream rules
+ERROR_TEMPLATES = ("encode", "decode", "failure", "stream")
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,8 @@ class Descriptor:
     summary_rules: dict = field(default_factory=dict)
     error_encode: Callable | None = None
     error_decode: Callable | None = None
+    # the other `errors:` templates by name (`failure`, `stream`), over the IR error
+    error_rules: dict = field(default_factory=dict)
 
     def section(self, key: str) -> dict:
         value = self.doc.get(key)
@@ -121,15 +126,13 @@ def compile_descriptor(name: str, doc, file: str, hooks: dict, tables: dict) -> 
             check_free(summary[key], GLOBALS, f"summary.{key}", summary, key)
             rules[key] = compiler.build(summary[key], summary, key)
     errors = doc.get("errors") or {}
-    encode = decode = None
-    for key in ("encode", "decode"):
+    compiled = {}
+    for key in ERROR_TEMPLATES:
         if key in errors:
             check_free(errors[key], GLOBALS, f"errors.{key}", errors, key)
-    if "encode" in errors:
-        encode = compiler.build(errors["encode"], errors, "encode")
-    if "decode" in errors:
-        decode = compiler.build(errors["decode"], errors, "decode")
-    return Descriptor(name, doc, file, rules, encode, decode)
+            compiled[key] = compiler.build(errors[key], errors, key)
+    encode, decode = compiled.pop("encode", None), compiled.pop("decode", None)
+    return Descriptor(name, doc, file, rules, encode, decode, compiled)
 
 
 def _run(fn, payload, protocol: str):
@@ -140,8 +143,8 @@ def _run(fn, payload, protocol: str):
     return fn(Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, Run(UpstreamProtocolError)))
 
 
-def run_template(fn, payload, protocol: str):
+def run_template(fn, payload, protocol: str, what: str = "errors"):
     """Evaluate one compiled descriptor template over ``payload``."""
     if fn is None:
-        raise RuleError(f"{protocol}: protocol.yaml has no errors rules")
+        raise RuleError(f"{protocol}: protocol.yaml has no {what} rules")
     return _run(fn, payload, protocol)

@@ -65,3 +65,48 @@ def test_an_override_of_the_error_body_changes_http_errors(tmp_path):
     assert eng.http_error("openai_chat_completions", UpstreamError("no", status=500)) == {"error": {"message": "no", "status": 500}}
     # the rest of the section comes from the built-in file
     assert eng.protocols["openai_chat_completions"].error_vocabulary == "openai"
+
+
+def test_the_responses_in_stream_error_outside_the_stream_rules_is_its_errors_stream_rule():
+    # The state store failing under a translated stream: `error`, then response.failed over
+    # the last snapshot (its own fields kept, status and error set), wire as before.
+    from proxai.http.errors import render_stream
+    from engine.errors import InternalError, RateLimited
+
+    snapshot = {"id": "resp_1", "object": "response", "created_at": 3, "status": "in_progress", "model": "m",
+                "output": [{"type": "message", "id": "msg_1"}], "instructions": None, "error": None}
+    out = render_stream("openai_responses", InternalError("state failed", code="x", param="p"),
+                        sequence_number=7, response=snapshot)
+    assert out == (
+        b'event: error\ndata: {"type":"error","code":"x","message":"state failed","param":"p","sequence_number":7}\n\n'
+        b'event: response.failed\ndata: {"type":"response.failed","sequence_number":8,"response":{"id":"resp_1",'
+        b'"object":"response","created_at":3,"model":"m","output":[{"type":"message","id":"msg_1"}],'
+        b'"parallel_tool_calls":true,"tool_choice":"auto","tools":[],"usage":null,"incomplete_details":null,'
+        b'"status":"failed","instructions":null,"error":{"code":"server_error","message":"state failed"}}}\n\n')
+    eng = engine.Engine.load()
+    events = eng.stream_error("openai_responses", RateLimited("slow down"), 0, None)
+    assert [e["type"] for e in events] == ["error", "response.failed"]
+    assert events[1]["response"]["id"] == "resp_failed"   # a valid Response with no snapshot
+    assert events[1]["response"]["error"] == {"code": "rate_limit_exceeded", "message": "slow down"}
+    # ResponseError.code of a failed background run: an enum member, by the status
+    assert eng.failure("openai_responses", RateLimited("slow down")) == {"code": "rate_limit_exceeded", "message": "slow down"}
+    assert eng.failure("openai_responses", InternalError("boom"))["code"] == "server_error"
+
+
+def test_a_protocol_without_an_errors_stream_rule_says_so():
+    from engine.errors import InternalError, RuleError
+
+    with pytest.raises(RuleError, match="errors.stream"):
+        engine.Engine.load().stream_error("anthropic_messages", InternalError("boom"))
+
+
+def test_an_override_of_the_failure_rule_changes_the_failed_code(tmp_path):
+    from engine.errors import RateLimited
+
+    (tmp_path / "openai_responses").mkdir()
+    (tmp_path / "openai_responses" / "protocol.yaml").write_text(
+        "kind: protocol\nprotocol: openai_responses\nerrors:\n  failure: {code: !lit server_error, message: message}\n")
+    eng = engine.Engine.load(tmp_path)
+    assert eng.failure("openai_responses", RateLimited("slow")) == {"code": "server_error", "message": "slow"}
+    # the section's other rules come from the built-in file
+    assert eng.stream_error("openai_responses", RateLimited("slow"))[1]["response"]["error"]["code"] == "rate_limit_exceeded"

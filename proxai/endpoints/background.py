@@ -424,7 +424,7 @@ async def _execute(proxy, run: Run, request, protocol: str, match, body: dict, r
         info.update(status=err.status, error=err.kind)
         if not run.opened.done():
             raise  # pass-through before the provider's first event: the creating request answers it
-        run.fail(err.message, E.responses_error_code(err.status, proxy.engine.tables))
+        run.fail(err.message, proxy.engine.failure(protocol, err)["code"])
     except Exception as exc:
         log.error("internal error %s in background response %s", type(exc).__name__, run.id)
         info.update(status=500, error=type(exc).__name__)

@@ -42,14 +42,6 @@ def builtin_tables() -> dict:
     return build_tables(layer([src]))
 
 
-def _lookup(name: str, status: int, tables: Mapping | None) -> str:
-    return (tables or builtin_tables())[name].lookup(status)
-
-
-def responses_error_code(status: int, tables: Mapping | None = None) -> str:
-    return _lookup("http_status->openai_responses.error_code", status, tables)
-
-
 @functools.lru_cache(maxsize=1)
 def builtin_engine():
     """The built-in rules, for callers with no engine at hand (the server passes its own,
@@ -70,36 +62,19 @@ def render_http(protocol: str, err: ProxyError, rules=None) -> tuple[int, dict[s
     return err.status, headers, orjson.dumps((rules or builtin_engine()).http_error(protocol, err))
 
 
-def render_stream(
-    protocol: str,
-    err: ProxyError,
-    *,
-    sequence_number: int = 0,
-    response: Mapping[str, Any] | None = None,
-    tables: Mapping | None = None,
-) -> bytes:
-    """A Responses client's in-stream error written outside the stream rules: the state
-    store failing under a translated stream (proxai/endpoints/responses_state.py, the only
-    caller: stored responses are a Responses feature). Every other in-stream error is
-    the IR `error` event through the client protocol's stream.encode rules
-    (engine/stream.py, proxai/http/relay.py).
+def render_stream(protocol: str, err: ProxyError, *, sequence_number: int = 0,
+                  response: Mapping[str, Any] | None = None, rules=None) -> bytes:
+    """An in-stream error written outside the stream rules (the state store failing under
+    a translated stream: proxai/endpoints/responses_state.py, conversations.py), by the
+    protocol's `errors.stream` rule of `rules` (default: the built-in rules). Every other
+    in-stream error is the IR `error` event through the client protocol's stream.encode
+    rules (engine/stream.py, proxai/http/relay.py).
 
     `sequence_number` is the next unused number and `response` the last known snapshot
-    (or None); the output is an `error` event followed by `response.failed`.
+    (or None); each event is named by its `type`.
     """
-    error_event = {
-        "type": "error",
-        "code": err.code,
-        "message": err.message,
-        "param": err.param,
-        "sequence_number": sequence_number,
-    }
-    failed = {
-        "type": "response.failed",
-        "sequence_number": sequence_number + 1,
-        "response": failed_snapshot(response, responses_error_code(err.status, tables), err.message),
-    }
-    return encode_event(orjson.dumps(error_event), "error") + encode_event(orjson.dumps(failed), "response.failed")
+    events = (rules or builtin_engine()).stream_error(protocol, err, sequence_number, response)
+    return b"".join(encode_event(orjson.dumps(event), event["type"]) for event in events)
 
 
 def failed_snapshot(response: Mapping[str, Any] | None, code: str, message: str) -> dict[str, Any]:
