@@ -113,7 +113,9 @@ def test_anthropic_client_gets_server_tool_blocks(server, mock, searched, provid
     first, second = mock.requests[-2].body, mock.requests[-1].body
     assert provider_tools(first) == ["web_search"]
     assert DEFAULT_RESULTS[0]["url"] in tool_result_text(second) and DEFAULT_RESULTS[0]["snippet"] in tool_result_text(second)
-    assert "stream" not in first or first["stream"] is False  # the rounds are not streamed
+    # Each provider call streams when the client asked for a stream.
+    for sent in mock.requests[-2:]:
+        assert (":streamGenerateContent" in sent.path if provider == "gemini" else sent.body.get("stream") is True) == stream
 
 
 @STREAMS

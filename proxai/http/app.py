@@ -26,7 +26,7 @@ from proxai.http import ingress, origin, paths, requestid, serving
 
 from proxai.operations import readiness, reload, shutdown
 from proxai.endpoints import compaction, conversations
-from proxai.http import response_model, server_tools, web_search
+from proxai.http import response_model, server_tools
 from proxai.endpoints import background
 from proxai.endpoints import responses_ws
 from proxai.endpoints import responses_compact
@@ -470,7 +470,7 @@ class Proxy:
         info["_traces"] = ctx.traces
         try:
             with self.tracing.span("translate request", info):
-                out_body, search, ir = web_search.translate_request(self, ctx, body)
+                out_body, ir = server_tools.prepare(self, ctx, body)
         except E.TranslationError as exc:
             info["translation_error"] = "request"
             info["rule"] = exc.rule
@@ -487,10 +487,8 @@ class Proxy:
             if ctx.compaction["pause"]:
                 return await compaction.paused(self, request, ctx, answer, stream, info, turn)
             ir, out_body = compaction.continued(self.engine, ctx, ir)
-        if search is not None:  # the proxy runs the client's web search tool (docs/web-search.md)
-            return await web_search.serve(self, request, protocol, match, ctx, search, ir, out_body, stream, info, turn)
-        if server_tools.active(ctx):  # the proxy answers a tool the provider's model may call (tool search)
-            return await server_tools.serve(self, request, match, ctx, ir, stream, info, turn)
+        if server_tools.active(ctx):  # the proxy answers a tool the provider's model may call (web search, tool search)
+            return await server_tools.serve(self, request, match, ctx, ir, out_body, stream, info, turn)
         target = self.engine.wire.target(provider.protocol, "generate", match.upstream_model, stream)
         upstream = await self.send(request, provider, dump_json(out_body), stream, info, target)
         try:
