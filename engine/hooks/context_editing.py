@@ -387,8 +387,16 @@ def summary(scope):
     return compaction.get("summary") if isinstance(compaction, dict) else None
 
 
+def compaction_usage(scope):
+    """The IR usage of the summarisation call of the compaction the proxy ran for this
+    answer (None: none ran); Anthropic reports it apart, in ``usage.iterations``."""
+    compaction = getattr(scope.ctx, "compaction", None)
+    return compaction.get("usage") if isinstance(compaction, dict) and compaction.get("summary") else None
+
+
 HOOKS = {
     "context_editing.apply": apply,
+    "context_editing.compaction_usage": compaction_usage,
     "context_editing.report": report,
     "context_editing.summary": summary,
 }

@@ -40,7 +40,7 @@ from aiohttp import web
 import engine
 from proxai.http import errors as E
 from proxai.http import requestid
-from proxai.observability.logs import log_request
+from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.endpoints.responses_state import StateUnavailable, _frame
 from proxai.http.sse import encode_event
 from proxai.state import StateError
@@ -452,6 +452,7 @@ def _account(proxy, run: Run, info: dict) -> None:
     info.setdefault("status", 200)
     if run.id is not None:
         info["path"] = f"/v1/responses/{run.id}"
+    add_earlier_usage(info)
     log_request(**info)
     client = info.get("_client")
     if client is not None and client.tokens_per_minute is not None:

@@ -37,7 +37,8 @@ def _dump(body) -> bytes:
 
 async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dict) -> dict:
     """Run the compaction ``ctx.compaction`` asks for: the summary goes on the context (for
-    the answer's compaction block) and the answer (IR) of the summarisation call is returned."""
+    the answer's compaction block) and the answer (IR) of the summarisation call is returned.
+    Its tokens are counted on `info` (``_earlier_usage``)."""
     engine = proxy.engine
     match, writer = _writer(proxy, request, match, ctx)
     provider = match.provider
@@ -64,6 +65,10 @@ async def summarise(proxy, request: web.Request, match, ctx, ir: dict, info: dic
         raise E.UpstreamProtocolError(f"provider {provider.name!r} answered the compaction request without a summary")
     ctx.compaction["summary"] = summary
     usage = answer.get("usage") or {}
+    # Billed apart from the answer's own call: the log line and metrics add it
+    # (proxai/http/app.py), the Anthropic client's usage.iterations list it.
+    ctx.compaction["usage"] = usage
+    info.setdefault("_earlier_usage", []).append(usage_fields(usage))
     ctx.trace(f"compact_20260112: history summarised by the routed model ({usage.get('input_tokens', '?')} input, "
               f"{usage.get('output_tokens', '?')} output tokens; summary ~{context_editing.tokens(summary)} tokens)")
     return answer
@@ -91,11 +96,11 @@ def continued(engine, ctx, ir: dict) -> tuple[dict, dict]:
 
 async def paused(proxy, request: web.Request, ctx, answer: dict, stream: bool, info: dict, turn=None) -> web.StreamResponse:
     """The answer of a compaction with pause_after_compaction: the compaction block alone.
-    Its usage is the summarisation call's, the only one this request made."""
+    Its usage is the summarisation call's, the only one this request made (counted on
+    `info` by :func:`summarise`)."""
     engine = proxy.engine
     final = {"id": answer.get("id"), "model": answer.get("model"), "content": [], "stop": "compaction",
              "usage": answer.get("usage")}
-    info.update(usage_fields(final["usage"]))
     if not stream:
         body = engine.encode_answer(ctx, final)
         if turn is not None:

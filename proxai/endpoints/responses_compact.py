@@ -15,7 +15,6 @@ from engine.wire import Target
 from proxai.endpoints import compaction
 from proxai.http import ingress, paths
 from proxai.http import errors as E
-from proxai.observability.logs import usage_fields
 from proxai.protocols import RESPONSES
 from proxai.http.surface import INFO_KEY, dump_json, json_response
 
@@ -69,8 +68,7 @@ async def compact(proxy, request: web.Request, info: dict, raw: bytes) -> web.St
         info["translation_error"] = "request"
         raise
     answer = await compaction.summarise(proxy, request, match, ctx, ir, info)
-    usage = answer.get("usage")
-    info.update(usage_fields(usage))
+    usage = answer.get("usage")  # counted on info by summarise
     # A Response whose one output item is the compaction (response.encode.yaml); the
     # compacted answer is its item after the input's user messages, and its usage.
     encoded = proxy.engine.encode_answer(ctx, {"id": answer.get("id"), "model": answer.get("model"), "content": [],

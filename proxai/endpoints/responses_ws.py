@@ -30,7 +30,7 @@ import engine
 from proxai.http import errors as E
 from proxai.http import ingress, paths, requestid
 from proxai.operations import reload
-from proxai.observability.logs import log_request
+from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.http.streaming import Outcome
 from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
 
@@ -372,6 +372,7 @@ def _account(proxy, turn: _TurnRequest, info: dict, started: float) -> None:
     notes = info.get("_traces")
     if notes:
         info["translation_notes"] = len(notes)
+    add_earlier_usage(info)
     log_request(**info)
     client = info.get("_client")
     if client is not None and client.tokens_per_minute is not None:

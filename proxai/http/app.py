@@ -34,7 +34,7 @@ from proxai.routing.caching import caching_context
 from proxai.http import errors as E
 from proxai.routing.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
 from proxai.protocols import ANTHROPIC, CHAT, GEMINI, RESPONSES
-from proxai.observability.logs import log_request, usage_fields
+from proxai.observability.logs import add_earlier_usage, log_request, usage_fields
 from proxai.observability.metrics import Metrics
 from proxai.http.origin import is_loopback as _is_loopback
 from proxai.http.relay import Relay
@@ -659,12 +659,13 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
                 if log.isEnabledFor(logging.DEBUG):
                     for note in notes:
                         log.debug("translation: %s", note)
+            add_earlier_usage(info)
             log_request(**info)
             client = info.get("_client")
             if client is not None and client.tokens_per_minute is not None:
                 tokens = (info.get("input_tokens") or 0) + (info.get("output_tokens") or 0)
                 request.app[PROXY_KEY].limits.spend_later(client, tokens)
-            if paths.canonical(request.path) in proxy.paths.generate or gemini_client.split(request.path):
+            if paths.canonical(request.path) in proxy.paths.generate or proxy.engine.wire.model_path(request.path):
                 request.app[PROXY_KEY].metrics.observe(info)
                 if request.app[PROXY_KEY].inspector is not None:
                     request.app[PROXY_KEY].inspector.finish(info)

@@ -53,6 +53,15 @@ def usage_fields(usage: Any) -> dict[str, int]:
             "cache_read_tokens": _count(usage.get("cached_tokens")), "cache_write_tokens": _count(usage.get("cache_write_tokens"))}
 
 
+def add_earlier_usage(info: dict) -> None:
+    """Add to the request's counts those of the provider calls made before the answer's
+    own (``info["_earlier_usage"]``: a compaction's summarisation call): billed all the
+    same, so the log line, the metrics and the token limits count them."""
+    for counts in info.pop("_earlier_usage", ()):
+        for key, n in counts.items():
+            info[key] = (info.get(key) or 0) + n
+
+
 class _RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
