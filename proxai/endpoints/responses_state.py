@@ -556,11 +556,13 @@ def _json(status: int, body: Any) -> web.Response:
     return response
 
 
-def add_routes(app: web.Application, proxy) -> None:
+def add_routes(app: web.Application, proxy, first=None) -> None:
     """GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items. An id the
     proxy did not store goes to the default Responses provider, when there is one (the
     provider holds the state of passed-through responses) and the id may be read by this
-    client (`_may_forward`); otherwise 404."""
+    client (`_may_forward`); otherwise 404. `first(proxy, request, endpoint)` answers
+    before the stored responses do (background runs): a response, or None to go on
+    (something else: the run was deleted)."""
 
     def handler(name: str):
         async def handle(request: web.Request) -> web.StreamResponse:
@@ -569,8 +571,7 @@ def add_routes(app: web.Application, proxy) -> None:
             try:
                 if state is None:
                     raise E.NotFound(f"no endpoint at {request.path}: state.backend is none, responses are not stored")
-                from proxai.endpoints import background
-                response = await background.answer(proxy, request, name)  # a background run's, else None
+                response = await first(proxy, request, name) if first is not None else None
                 if not isinstance(response, web.StreamResponse):
                     deleted_run = response is not None
                     try:

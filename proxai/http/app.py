@@ -719,7 +719,7 @@ def build_app(
     count_tokens.register(app, proxy, INFO_KEY)
     gemini_client.register(app, proxy, INFO_KEY, CAPTURE_KEY)
     models_endpoint.register(app, proxy, INFO_KEY)
-    responses_state.add_routes(app, proxy)
+    responses_state.add_routes(app, proxy, first=background.answer)
     conversations.add_routes(app, proxy)
     background.add_routes(app, proxy)
     responses_ws.add_routes(app, proxy)
