@@ -119,6 +119,19 @@ class Engine:
         events = run_template(descriptor.error_rules.get("stream"), ir, protocol, "errors.stream")
         return events if isinstance(events, list) else [events]
 
+    def model_list(self, protocol: str, models: list[dict], has_more: bool = False) -> dict:
+        """A model list in the protocol's shape (`models:` item and list rules); each
+        served model is {id, provider, max_tokens}."""
+        rules = self.protocols[protocol].model_rules
+        items = [run_template(rules.get("item"), m, protocol, "models") for m in models]
+        page = {"models": items, "has_more": has_more,
+                "first_id": models[0]["id"] if models else None, "last_id": models[-1]["id"] if models else None}
+        return run_template(rules.get("list"), page, protocol, "models")
+
+    def model_item(self, protocol: str, model: dict) -> dict:
+        """One served model {id, provider, max_tokens} in the protocol's shape."""
+        return run_template(self.protocols[protocol].model_rules.get("item"), model, protocol, "models")
+
     def _ir_error(self, protocol: str, err: ProxyError) -> dict:
         """The IR error of `err`. Its own type goes in only when it is of the protocol's
         vocabulary (another protocol's type would be a wrong value)."""

@@ -37,6 +37,8 @@ class Descriptor:
     error_decode: Callable | None = None
     # the other `errors:` templates by name (`failure`, `stream`), over the IR error
     error_rules: dict = field(default_factory=dict)
+    # `models:` item and list templates
+    model_rules: dict = field(default_factory=dict)
 
     def section(self, key: str) -> dict:
         value = self.doc.get(key)
@@ -132,7 +134,13 @@ def compile_descriptor(name: str, doc, file: str, hooks: dict, tables: dict) -> 
             check_free(errors[key], GLOBALS, f"errors.{key}", errors, key)
             compiled[key] = compiler.build(errors[key], errors, key)
     encode, decode = compiled.pop("encode", None), compiled.pop("decode", None)
-    return Descriptor(name, doc, file, rules, encode, decode, compiled)
+    models = doc.get("models") or {}
+    listing = {}
+    for key in ("item", "list"):
+        if key in models:
+            check_free(models[key], GLOBALS, f"models.{key}", models, key)
+            listing[key] = compiler.build(models[key], models, key)
+    return Descriptor(name, doc, file, rules, encode, decode, compiled, listing)
 
 
 def _run(fn, payload, protocol: str):

@@ -44,6 +44,15 @@ class Target:
     query: str = ""
 
 
+@dataclass(frozen=True)
+class ModelPath:
+    """A client request to a model-in-path endpoint (`/v1beta/models/{model}:generateContent`)."""
+    protocol: str
+    operation: str   # generate, count_tokens
+    stream: bool     # the path is the endpoint's stream_path
+    model: str       # the path's model, as sent
+
+
 class Wire:
     """Every protocol's wire surface; built from the layered descriptors."""
 
@@ -99,6 +108,39 @@ class Wire:
                 out[ep["path"]] = p
         return out
 
+    def model_paths(self) -> tuple[tuple[str, str, str, str, bool], ...]:
+        """(prefix, suffix, protocol, operation, stream) of every model-in-path client
+        endpoint: the path template split at `{model}`, also with each root of the
+        descriptor's `endpoints.also_under` in place of its own first segment."""
+        out = []
+        for p in self.names:
+            section = self._d(p).section("endpoints")
+            roots = section.get("also_under") or ()
+            for operation in ("generate", "count_tokens"):
+                ep = self.endpoint(p, operation) or {}
+                for key, stream in (("path", False), ("stream_path", True)):
+                    template = ep.get(key)
+                    if not template or "{model}" not in template:
+                        continue
+                    prefix, _, suffix = template.partition("{model}")
+                    for head in (prefix, *(root + "/" + prefix.split("/", 2)[2] for root in roots)):
+                        out.append((head, suffix, p, operation, stream))
+        return tuple(out)
+
+    def model_path(self, path: str) -> ModelPath | None:
+        """The model-in-path endpoint `path` names, or None. Model names may hold slashes
+        (`models/chat/gpt-4o`: routing prefixes); the endpoint's suffix ends the path."""
+        for prefix, suffix, protocol, operation, stream in self.model_paths():
+            if path.startswith(prefix) and path.endswith(suffix) and len(path) > len(prefix) + len(suffix):
+                return ModelPath(protocol, operation, stream, path[len(prefix):len(path) - len(suffix)])
+        return None
+
+    def body_fields(self, protocol: str) -> tuple[str, str]:
+        """The body fields a body endpoint reads the model and the stream flag from
+        (the generate endpoint's `model` and `stream`; default model and stream)."""
+        ep = self.endpoint(protocol, "generate") or {}
+        return ep.get("model", "model"), ep.get("stream", "stream")
+
     def count_answer(self, protocol: str, tokens: int) -> dict:
         """A client count_tokens answer in the protocol's shape."""
         ep = self.endpoint(protocol, "count_tokens") or {}
@@ -111,6 +153,10 @@ class Wire:
     def user_fields(self, protocol: str) -> tuple[str, ...]:
         """Body fields naming the end user (they keep a conversation on one key)."""
         return tuple((self.endpoint(protocol, "generate") or {}).get("user") or ())
+
+    def models(self, protocol: str) -> dict:
+        """The protocol's `models:` section: its model list's page, prefix and not-found code."""
+        return self._d(protocol).section("models")
 
     def marks(self, family: str, headers: Mapping[str, str], query: Mapping[str, str]) -> bool:
         """Whether a request on a shared path (`/v1/models`) comes from a client of `family`."""

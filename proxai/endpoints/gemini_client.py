@@ -1,7 +1,8 @@
-"""Gemini clients: `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`,
-`:countTokens` (and the same under `/v1/models/`), `GET /v1beta/models[/{model}]`.
+"""Clients that name the model in the path (Gemini's: `POST /v1beta/models/{model}:generateContent`,
+`:streamGenerateContent`, `:countTokens`, also under `/v1/models/`, and `GET /v1beta/models[/{model}]`).
 
-The model and the choice to stream are in the URL, not the body: they are put into the
+The endpoints are the descriptors' (`endpoints` paths with `{model}`, `also_under`), read
+through the engine's Wire. The model and the choice to stream are in the URL, not the body: they are put into the
 body as `model` and `stream` for routing and the request decoder. The client's key comes
 as `x-goog-api-key` or the `key` query parameter; it is checked like any client key and
 never forwarded or written down (captures redact the query).
@@ -20,99 +21,87 @@ from proxai.http import ingress, response_model
 
 from proxai.routing import pools
 from proxai.http import errors as E
-from proxai.protocols import GEMINI
 from proxai.http.transport import read_body
 
-VERSIONS = ("/v1beta", "/v1")
-# The URL's method -> whether it streams; countTokens answers {totalTokens}.
-GENERATE = {"generateContent": False, "streamGenerateContent": True}
-COUNT = "countTokens"
 
-
-def split(path: str) -> tuple[str, str] | None:
-    """`/v1beta/models/gemini-2.5-flash:generateContent` -> (`gemini-2.5-flash`, `generateContent`).
-    Model names may hold slashes (`models/chat/gpt-4o`: routing prefixes); the method follows the last colon."""
-    for version in VERSIONS:
-        prefix = version + "/models/"
-        if path.startswith(prefix):
-            model, colon, method = path[len(prefix):].rpartition(":")
-            if colon and model and (method in GENERATE or method == COUNT):
-                return model, method
-    return None
-
-
-def is_gemini_path(path: str) -> bool:
-    return path.startswith("/v1beta/") or path == "/v1beta" or split(path) is not None
-
-
-def authorize(proxy, request: web.Request) -> None:
-    # x-goog-api-key or ?key= (the descriptor's headers.client_key), else a bearer token or
-    # x-api-key, as other clients send
-    proxy.authorize(request, proxy.engine.wire.client_key(GEMINI, request.headers, request.rel_url.query))
+def _no_endpoint(wire, path: str, info: dict) -> E.NotFound:
+    """A POST under a model-in-path prefix that names none of its endpoints, in the shape of
+    the protocol whose prefix it is, listing that protocol's endpoints."""
+    routes = wire.model_paths()
+    protocol = next(p for prefix, _, p, *_ in routes if path.startswith(prefix))
+    info["client_protocol"] = protocol
+    own = next(prefix for prefix, _, p, *_ in routes if p == protocol)
+    suffixes = [suffix for prefix, suffix, p, *_ in routes if p == protocol and prefix == own]
+    listed = f"{own}{{model}}{suffixes[0]}" + (f", {', '.join(suffixes[1:-1])}" if len(suffixes) > 2 else "") \
+        + (f" or {suffixes[-1]}" if len(suffixes) > 1 else "")
+    return E.NotFound(f"no endpoint at {path}; {wire.title(protocol)} clients use POST {listed}")
 
 
 def register(app: web.Application, proxy, info_key, capture_key) -> None:
+    wire = proxy.engine.wire
+
     async def post(request: web.Request) -> web.StreamResponse:
         info = request[info_key]
-        info["client_protocol"] = GEMINI
-        target = split(request.path)
+        target = wire.model_path(request.path)
         if target is None:
-            raise E.NotFound(f"no endpoint at {request.path}; Gemini clients use POST "
-                             "/v1beta/models/{model}:generateContent, :streamGenerateContent or :countTokens")
-        model, method = target
-        if model.startswith("models/"):
-            model = model[len("models/"):]
-        authorize(proxy, request)
+            raise _no_endpoint(wire, request.path, info)
+        protocol = info["client_protocol"] = target.protocol
+        model = models_endpoint.model_name(wire, protocol, target.model)
+        models_endpoint.authorize(proxy, request, protocol)
         raw = await proxy.admit(request, info)
         with proxy.slot(), proxy.tracing.request(request.headers, request.method, request.path, info):
             cap = request.get(capture_key)
             if cap is not None:
                 version = f"HTTP/{request.version.major}.{request.version.minor}"
                 cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), raw)
-            if method == COUNT:
-                return await count(proxy, request, info, raw, model)
-            async with proxy.limits.stream_slot(info, GENERATE[method]):
-                return await generate(proxy, request, info, raw, model, GENERATE[method])
+            if target.operation == "count_tokens":
+                return await count(proxy, request, info, raw, model, protocol)
+            async with proxy.limits.stream_slot(info, target.stream):
+                return await generate(proxy, request, info, raw, model, target.stream, protocol)
 
-    async def list_models(request: web.Request) -> web.Response:
-        authorize(proxy, request)
-        proxy.capture_inbound(request, b"")  # a GET: no body
-        info = request[info_key]
-        info["client_protocol"] = GEMINI
-        served = models_endpoint.catalog(proxy.engine.wire, proxy.config, proxy.router, "google")
-        return _respond(200, orjson.dumps({"models": [models_endpoint.gemini_model(e) for e in served]}), {}, info)
+    def listing(protocol: str):
+        # The model list of a protocol whose endpoints name the model in the path (GET
+        # /v1beta/models), in its own shape whatever the client's headers say.
+        async def list_models(request: web.Request) -> web.Response:
+            models_endpoint.authorize(proxy, request, protocol)
+            proxy.capture_inbound(request, b"")  # a GET: no body
+            info = request[info_key]
+            info["client_protocol"] = protocol
+            served = models_endpoint.catalog(wire, proxy.config, proxy.router, wire.family(protocol))
+            return _respond(200, orjson.dumps(models_endpoint.list_body(proxy, protocol, served, request.query)), {}, info)
 
-    async def get_model(request: web.Request) -> web.Response:
-        authorize(proxy, request)
-        proxy.capture_inbound(request, b"")
-        model = request.match_info["name"]
-        model = model[len("models/"):] if model.startswith("models/") else model
-        info = request[info_key]
-        info.update(client_protocol=GEMINI, model=model)
-        served = models_endpoint.catalog(proxy.engine.wire, proxy.config, proxy.router, "google")
-        entry = next((e for e in served if e.id.casefold() == model.casefold()), None) \
-            or models_endpoint._served_by(proxy.engine.wire, proxy.router, model, "google")
-        if entry is None:
-            raise E.NotFound(f"model {model!r} is not served by this proxy", param="model")
-        return _respond(200, orjson.dumps(models_endpoint.gemini_model(entry)), {}, info)
+        async def get_model(request: web.Request) -> web.Response:
+            models_endpoint.authorize(proxy, request, protocol)
+            proxy.capture_inbound(request, b"")
+            model = models_endpoint.model_name(wire, protocol, request.match_info["name"])
+            info = request[info_key]
+            info.update(client_protocol=protocol, model=model)
+            served = models_endpoint.catalog(wire, proxy.config, proxy.router, wire.family(protocol))
+            return _respond(200, orjson.dumps(models_endpoint.find(proxy, protocol, served, model)["body"]), {}, info)
 
-    for version in VERSIONS:
-        app.router.add_post(version + "/models/{tail:.+}", post)
-    app.router.add_get("/v1beta/models", list_models)
-    app.router.add_get("/v1beta/models/{name:.+}", get_model)
+        return list_models, get_model
+
+    for prefix in dict.fromkeys(prefix for prefix, *_ in wire.model_paths()):
+        app.router.add_post(prefix + "{tail:.+}", post)
+    # Each protocol's own model list at its endpoints' prefix (`/v1/models` is the shared one).
+    for protocol in dict.fromkeys(protocol for *_, protocol, _, _ in wire.model_paths()):
+        root = next(prefix for prefix, _, p, *_ in wire.model_paths() if p == protocol).rstrip("/")
+        list_models, get_model = listing(protocol)
+        app.router.add_get(root, list_models)
+        app.router.add_get(root + "/{name:.+}", get_model)
 
 
-async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: str, stream: bool) -> web.StreamResponse:
-    body = ingress.parse(GEMINI, raw)
+async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: str, stream: bool,
+                   protocol: str) -> web.StreamResponse:
+    body = ingress.parse(protocol, raw)
     body["model"], body["stream"] = model, stream
     info.update(model=model, stream=stream)
-    match = proxy.route(model, GEMINI, info)
-    provider = match.provider
+    match = proxy.route(model, protocol, info)
 
     async def serve_on(target) -> web.StreamResponse:
         if target.provider.protocol == info["client_protocol"]:
             return await passthrough(proxy, request, target, raw, stream, info)
-        return await proxy.translate(request, GEMINI, target, dict(body), stream, info)
+        return await proxy.translate(request, protocol, target, dict(body), stream, info)
 
     plan = proxy.resilience.pools.plan(match)
     if plan is None:
@@ -122,19 +111,20 @@ async def generate(proxy, request: web.Request, info: dict, raw: bytes, model: s
         return await serve_on(dataclasses.replace(match, provider=provider, upstream_model=upstream_model))
 
     info["_pooled"] = True
-    conversation = pools.conversation_key(body, proxy.engine.wire.user_fields(GEMINI))
+    conversation = pools.conversation_key(body, proxy.engine.wire.user_fields(protocol))
     return await proxy.resilience.serve(plan, info, conversation, attempt, responses=False)
 
 
 async def passthrough(proxy, request: web.Request, match, raw: bytes, stream: bool, info: dict) -> web.StreamResponse:
-    """Gemini to Gemini: the body as sent, to the route's model; only `alt=sse` of the query
-    goes on (the client's `key` never does)."""
-    target = proxy.engine.wire.target(GEMINI, "generate", match.upstream_model, stream)
-    return await proxy.passthrough(request, GEMINI, match.provider, raw, stream, info, target,
+    """The client's protocol is the provider's: the body as sent, to the route's model; only
+    the upstream's own query (`alt=sse`) goes on (the client's `key` never does)."""
+    protocol = match.provider.protocol
+    target = proxy.engine.wire.target(protocol, "generate", match.upstream_model, stream)
+    return await proxy.passthrough(request, protocol, match.provider, raw, stream, info, target,
                                     answer_model=response_model.answer_model(match, info.get("model")))
 
 
-async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str) -> web.Response:
+async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str, protocol: str) -> web.Response:
     from proxai.http.surface import dump_json
 
     body = ingress.decode(raw)
@@ -142,10 +132,10 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
     inner = body.get("generateContentRequest")
     source = dict(inner) if isinstance(inner, dict) else dict(body)
     source.pop("generateContentRequest", None)
-    ingress.check(GEMINI, source)
+    ingress.check(protocol, source)
     source["model"], source["stream"] = model, False
     info["model"] = model
-    match = proxy.route(model, GEMINI, info)
+    match = proxy.route(model, protocol, info)
     provider = match.provider
     wire = proxy.engine.wire
     target = wire.target(provider.protocol, "count_tokens", match.upstream_model)
@@ -155,7 +145,7 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
     if same:
         upstream = await proxy.send(request, provider, raw, False, info, target)
     else:
-        payload = count_tokens._translate(proxy, request, GEMINI, match, source, info)
+        payload = count_tokens._translate(proxy, request, protocol, match, source, info)
         upstream = await proxy.send(request, provider, dump_json(payload), False, info, target)
     try:
         if upstream.status in count_tokens.NO_ENDPOINT:
@@ -167,7 +157,7 @@ async def count(proxy, request: web.Request, info: dict, raw: bytes, model: str)
     if same:
         return _respond(upstream.status, data, upstream.headers, info)
     tokens = count_tokens._upstream_count(wire, provider, data)
-    return _respond(200, orjson.dumps(wire.count_answer(GEMINI, tokens)), upstream.headers, info)
+    return _respond(200, orjson.dumps(wire.count_answer(protocol, tokens)), upstream.headers, info)
 
 
 def _estimate(body: dict, info: dict) -> web.Response:

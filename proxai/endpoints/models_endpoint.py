@@ -1,8 +1,8 @@
 """`GET /v1/models` and `GET /v1/models/{id}`: the models this configuration serves.
 
-One path, two shapes: an Anthropic client (it sends `anthropic-version` or
-`x-api-key`) gets Anthropic's paginated list of `ModelInfo`, any other client
-OpenAI's `{"object": "list"}`. Nothing is asked of the providers: the list is
+One path, a shape per API family: a client is of the family whose SDK marks it sends
+(the descriptors' `headers.client_marks`), and the family's first protocol's `models:`
+rules write the list and its items (pagination included). Nothing is asked of the providers: the list is
 what the config names (routes' exact patterns, literal `upstream_model`s,
 providers' `models:`), kept only where routing sends the name, for a protocol
 of the client's family, to the provider that named it.
@@ -21,11 +21,6 @@ from proxai.routing.config import Config
 from proxai.routing.route_patterns import compile_route
 from proxai.routing.routes import Router
 from engine.wire import Wire
-
-# Anthropic's ModelInfo requires a release date; "an epoch value if the release date is unknown".
-UNKNOWN_DATE = "1970-01-01T00:00:00Z"
-ANTHROPIC_DEFAULT_LIMIT, ANTHROPIC_MAX_LIMIT = 20, 1000
-
 
 @dataclass(frozen=True)
 class Served:
@@ -74,51 +69,65 @@ def catalog(wire: Wire, config: Config, router: Router, family: str) -> list[Ser
     return out
 
 
-def openai_model(entry: Served) -> dict[str, Any]:
-    return {"id": entry.id, "object": "model", "created": 0, "owned_by": entry.provider}
+def _item(entry: Served) -> dict[str, Any]:
+    return {"id": entry.id, "provider": entry.provider, "max_tokens": entry.max_tokens}
 
 
-def anthropic_model(entry: Served) -> dict[str, Any]:
-    out = {"type": "model", "id": entry.id, "display_name": entry.id, "created_at": UNKNOWN_DATE,
-           "lifecycle": "active"}
-    if entry.max_tokens is not None:
-        out["max_tokens"] = entry.max_tokens
-    return out
-
-
-def anthropic_page(entries: list[Served], query) -> dict[str, Any]:
-    """Anthropic's cursor pagination: `limit`, then `after_id` or `before_id` (ids of this list)."""
-    raw = query.get("limit", str(ANTHROPIC_DEFAULT_LIMIT))
+def page(section: dict, entries: list[Served], query) -> tuple[list[Served], bool]:
+    """The page of `entries` the query asks for by the `models.page` cursor parameters
+    (`limit`, then `after` or `before`: ids of this list), and whether more follow."""
+    spec = section.get("page")
+    if not spec:
+        return entries, False
+    limit_name, top = spec["limit"], spec["max"]
+    raw = query.get(limit_name, str(spec["default"]))
     try:
         limit = int(raw)
     except ValueError:
         limit = 0
-    if not 1 <= limit <= ANTHROPIC_MAX_LIMIT:
-        raise E.InvalidRequest(f"limit must be an integer from 1 to {ANTHROPIC_MAX_LIMIT}", param="limit")
+    if not 1 <= limit <= top:
+        raise E.InvalidRequest(f"{limit_name} must be an integer from 1 to {top}", param=limit_name)
     ids = [e.id for e in entries]
-    after, before = query.get("after_id"), query.get("before_id")
+    after = query.get(spec["after"]) if spec.get("after") else None
+    before = query.get(spec["before"]) if spec.get("before") else None
     if after is not None and before is not None:
-        raise E.InvalidRequest("give after_id or before_id, not both", param="after_id")
+        raise E.InvalidRequest(f"give {spec['after']} or {spec['before']}, not both", param=spec["after"])
     if before is not None:
         end = ids.index(before) if before in ids else len(ids)
         start = max(0, end - limit)
-        page, has_more = entries[start:end], start > 0
-    else:
-        start = ids.index(after) + 1 if after in ids else 0
-        page = entries[start:start + limit]
-        has_more = start + limit < len(entries)
-    data = [anthropic_model(e) for e in page]
-    return {"data": data, "has_more": has_more,
-            "first_id": data[0]["id"] if data else None, "last_id": data[-1]["id"] if data else None}
+        return entries[start:end], start > 0
+    start = ids.index(after) + 1 if after in ids else 0
+    return entries[start:start + limit], start + limit < len(entries)
 
 
-def gemini_model(entry: Served) -> dict[str, Any]:
-    """types.Model as the Gemini API lists it."""
-    out = {"name": f"models/{entry.id}", "displayName": entry.id,
-           "supportedGenerationMethods": ["generateContent", "streamGenerateContent", "countTokens"]}
-    if entry.max_tokens is not None:
-        out["outputTokenLimit"] = entry.max_tokens
-    return out
+def list_body(proxy, protocol: str, served: list[Served], query) -> dict[str, Any]:
+    """The model list in `protocol`'s shape (its `models:` rules)."""
+    shown, has_more = page(proxy.engine.wire.models(protocol), served, query)
+    return proxy.engine.model_list(protocol, [_item(e) for e in shown], has_more)
+
+
+def find(proxy, protocol: str, served: list[Served], model: str) -> dict[str, Any]:
+    """One served model in `protocol`'s shape, or the protocol's not-found error."""
+    wire = proxy.engine.wire
+    entry = next((e for e in served if e.id.casefold() == model.casefold()), None)
+    if entry is None:
+        # A name no list spells out (a glob or regex route's) is still served if routing takes it.
+        entry = _served_by(wire, proxy.router, model, wire.family(protocol))
+        if entry is None:
+            raise E.NotFound(f"model {model!r} is not served by this proxy", param="model",
+                             code=wire.models(protocol).get("not_found_code"))
+    return {"provider": entry.provider, "body": proxy.engine.model_item(protocol, _item(entry))}
+
+
+def model_name(wire: Wire, protocol: str, name: str) -> str:
+    """A model named in the path, without the protocol's `models.prefix`."""
+    return name.removeprefix(wire.models(protocol).get("prefix") or "\0")
+
+
+def authorize(proxy, request: web.Request, protocol: str) -> None:
+    # The key where the protocol's clients send it (the descriptor's headers.client_key:
+    # a Gemini client's x-goog-api-key or ?key=), else a bearer token or x-api-key.
+    proxy.authorize(request, proxy.engine.wire.client_key(protocol, request.headers, request.rel_url.query))
 
 
 def _family(proxy, request: web.Request) -> str:
@@ -134,13 +143,6 @@ def _json(request: web.Request, info: dict, body: dict) -> web.Response:
     return response
 
 
-def _authorize(proxy, request: web.Request, family: str) -> None:
-    if family == "google":
-        from proxai.endpoints import gemini_client
-        return gemini_client.authorize(proxy, request)
-    proxy.authorize(request)
-
-
 def register(app: web.Application, proxy, info_key) -> None:
     """Routes on `app` for `proxy` (an app.Proxy); `info_key` finds the request's log record."""
     cache: dict[tuple[int, str], list[Served]] = {}
@@ -152,38 +154,28 @@ def register(app: web.Application, proxy, info_key) -> None:
             cache[key] = catalog(proxy.engine.wire, proxy.config, proxy.router, family)
         return cache[key]
 
+    def protocol_of(request: web.Request) -> str:
+        return proxy.engine.wire.of_family(_family(proxy, request))[0]
+
     async def list_models(request: web.Request) -> web.Response:
-        family = _family(proxy, request)
-        _authorize(proxy, request, family)
+        protocol = protocol_of(request)
+        authorize(proxy, request, protocol)
         proxy.capture_inbound(request, b"")  # a GET: no body
         info = request[info_key]
-        info["client_protocol"] = proxy.engine.wire.of_family(family)[0]
-        served = entries(family)
-        if family == "anthropic":
-            return _json(request, info, anthropic_page(served, request.query))
-        if family == "google":
-            return _json(request, info, {"models": [gemini_model(e) for e in served]})
-        return _json(request, info, {"object": "list", "data": [openai_model(e) for e in served]})
+        info["client_protocol"] = protocol
+        body = list_body(proxy, protocol, entries(proxy.engine.wire.family(protocol)), request.query)
+        return _json(request, info, body)
 
     async def retrieve_model(request: web.Request) -> web.Response:
-        family = _family(proxy, request)
-        _authorize(proxy, request, family)
+        protocol = protocol_of(request)
+        authorize(proxy, request, protocol)
         proxy.capture_inbound(request, b"")  # a GET: no body
-        model = request.match_info["model_id"]
-        if family == "google" and model.startswith("models/"):
-            model = model[len("models/"):]
+        model = model_name(proxy.engine.wire, protocol, request.match_info["model_id"])
         info = request[info_key]
-        info.update(client_protocol=proxy.engine.wire.of_family(family)[0], model=model)
-        entry = next((e for e in entries(family) if e.id.casefold() == model.casefold()), None)
-        if entry is None:
-            # A name no list spells out (a glob or regex route's) is still served if routing takes it.
-            entry = _served_by(proxy.engine.wire, proxy.router, model, family)
-            if entry is None:
-                raise E.NotFound(f"model {model!r} is not served by this proxy", param="model",
-                                 code=None if family == "anthropic" else "model_not_found")
-        info["provider"] = entry.provider
-        body = {"anthropic": anthropic_model, "google": gemini_model}.get(family, openai_model)(entry)
-        return _json(request, info, body)
+        info.update(client_protocol=protocol, model=model)
+        found = find(proxy, protocol, entries(proxy.engine.wire.family(protocol)), model)
+        info["provider"] = found["provider"]
+        return _json(request, info, found["body"])
 
     for base in (paths.MODELS, paths.unprefixed(paths.MODELS)):
         app.router.add_get(base, list_models)
