@@ -18,36 +18,16 @@ import anthropic
 import openai
 import pytest
 
-from gemini_helpers import gemini_config
-from harness import CLIENT_KEY, _serve
+from harness import CLIENT_KEY
 from proxai.mock import Text, ToolCall, Turn
-from proxai.mock.search import DEFAULT_RESULTS, MockSearch
-from server_process import ServerProcess
+from proxai.mock.search import DEFAULT_RESULTS
 from test_open_responses_compliance import EVENTS, RESOURCE, schema_errors
 from test_tool_search_e2e import BASH, DEFERRED, REGEX, search_result_text, tool_names
+from test_web_search import search, server  # noqa: F401  (fixtures: the mock search backend, the server process using it)
 
 QUERY = "what is proxai"
 WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search", "max_uses": 5}
 PROVIDERS = ["chat", "responses", "gemini"]
-
-
-@pytest.fixture(scope="module")
-def search(harness):
-    from aiohttp import web
-
-    mock = MockSearch()
-    served = harness.loop.run(_serve(web.AppRunner(mock.app, handle_signals=False, access_log=None)))
-    yield mock, served.url
-    harness.loop.run(served.runner.cleanup())
-
-
-@pytest.fixture(scope="module")
-def server(harness, search, tmp_path_factory):
-    config = gemini_config(harness.mock_url)
-    config["web_search"] = {"backend": "searxng", "url": search[1], "max_results": 2}
-    process = ServerProcess(tmp_path_factory.mktemp("server-tools-stream"), config)
-    yield process
-    process.stop()
 
 
 class Hold:
