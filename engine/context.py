@@ -43,7 +43,7 @@ class Context:
     mid_conversation_system: str | None = None
     tool_search: str = "emulate"          # emulate | eager | reject: deferred tools and tool search
     # Tools the proxy runs itself, by the name the provider sees (engine/hooks/tool_search.py,
-    # proxai/http/server_tools.py): what each is and what it needs to run.
+    # proxai/http/server_tools/): what each is and what it needs to run.
     server_tools: dict = field(default_factory=dict)
     # Tools sent under another name or form (namespaced, free-form as a function), by the
     # name the provider sees, so the calls that come back reach the client in its own form.

@@ -7,7 +7,7 @@ blocks. Run from ``fit.tools`` on the IR of a translated request:
 
 * ``emulate`` (the default): only the tools that are not deferred, and the deferred
   tools a search already loaded in the history, are sent; the client's hosted search
-  tool becomes a function the proxy answers itself (proxai/http/server_tools.py), noted on
+  tool becomes a function the proxy answers itself (proxai/http/server_tools/), noted on
   ``ctx.server_tools``;
 * ``eager``: every deferred tool is sent (fit.tools), the hosted search tool is left out;
 * ``reject``: a 400 naming the search tool, or the first deferred tool.
