@@ -19,7 +19,7 @@ import openai
 import pytest
 
 from harness import CLIENT_KEY
-from proxai.mock import Text, ToolCall, Turn
+from proxai.mock import Error, Text, ToolCall, Turn
 from proxai.mock.search import DEFAULT_RESULTS
 from test_open_responses_compliance import EVENTS, RESOURCE, schema_errors
 from test_tool_search_e2e import BASH, DEFERRED, REGEX, search_result_text, tool_names
@@ -149,3 +149,21 @@ def test_web_search_and_tool_search_in_one_request(server, mock, search, provide
     assert "get_weather" in search_result_text(provider, second)
     assert DEFAULT_RESULTS[0]["url"] in json.dumps(second)
     assert [(r.path, r.query["q"]) for r in search[0].requests] == [("/search", QUERY)]
+
+
+def test_a_failed_provider_call_after_a_run_ends_the_clients_stream_with_an_error(server, mock, search):
+    # The client has its 200 and the first call's blocks: the failure of the next call is an
+    # error event in its stream, after what it already got.
+    search[0].reset()
+    mock.enqueue(first_turn(), Error(500, "upstream broke"))
+    client = anthropic.Anthropic(base_url=server.url, api_key=CLIENT_KEY, max_retries=0)
+    events = []
+    with pytest.raises(anthropic.APIStatusError) as failed:
+        with client.messages.stream(model="chat/m", max_tokens=200, tools=[WEB_SEARCH],
+                                    messages=[{"role": "user", "content": "search"}]) as s:
+            for event in s:
+                events.append(event)
+    assert "upstream broke" in str(failed.value)
+    assert [e.content_block.type for e in events if e.type == "content_block_start"] == [
+        "text", "server_tool_use", "web_search_tool_result"]
+    assert not any(e.type == "message_stop" for e in events)
