@@ -20,7 +20,9 @@ every Responses request reaches the proxy as a zstd body.
 
 from __future__ import annotations
 
+import base64
 import json
+import time
 from dataclasses import replace
 
 import pytest
@@ -49,19 +51,23 @@ PROXY_PROMPT = "Above is the transcript of a task in progress. Summarise it."
 PROXY_PREFIX = "The conversation before this point was compacted into the following summary:"
 
 
-def codex_config(proxy_url: str, name: str, websockets: bool) -> str:
+def codex_config(proxy_url: str, name: str, websockets: bool, chatgpt: bool = False) -> str:
     return "\n".join([
         'model_provider = "proxai"',
         "check_for_update_on_startup = false",
         f"model_auto_compact_token_limit = {COMPACT_LIMIT}",
+        # Signed in with ChatGPT, Codex also calls the ChatGPT backend (apps over MCP): kept local.
+        f'chatgpt_base_url = "{proxy_url}/backend-api"',
         "",
         "[features]",
         "enable_request_compression = true",
+        "apps = false",
         "",
         "[model_providers.proxai]",
         f'name = "{name}"',
         f'base_url = "{proxy_url}/v1"',
-        'env_key = "PROXAI_API_KEY"',
+        # Signed in with ChatGPT, Codex sends its access token as the bearer; otherwise the env key.
+        "requires_openai_auth = true" if chatgpt else 'env_key = "PROXAI_API_KEY"',
         'wire_api = "responses"',
         f"supports_websockets = {str(websockets).lower()}",
         "",
@@ -71,13 +77,32 @@ def codex_config(proxy_url: str, name: str, websockets: bool) -> str:
     ])
 
 
-def codex_env(home, proxy_url: str, name: str = "ProxAI", websockets: bool = True) -> dict:
+def codex_env(home, proxy_url: str, name: str = "ProxAI", websockets: bool = True, chatgpt: bool = False) -> dict:
     env = base_env(home)
     codex_home = home / ".codex"
     codex_home.mkdir(parents=True)
-    (codex_home / "config.toml").write_text(codex_config(proxy_url, name, websockets))
+    (codex_home / "config.toml").write_text(codex_config(proxy_url, name, websockets, chatgpt))
+    if chatgpt:
+        (codex_home / "auth.json").write_text(json.dumps(chatgpt_login()))
     env.update({"CODEX_HOME": str(codex_home), "PROXAI_API_KEY": CLIENT_KEY})
     return env
+
+
+def _jwt(claims: dict) -> str:
+    def part(value: dict) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).rstrip(b"=").decode()
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.sig"
+
+
+def chatgpt_login() -> dict:
+    """Codex's auth.json after "Sign in with ChatGPT", with unsigned tokens that stay fresh for
+    the run (Codex reads the claims, the proxy takes the access token as any client key)."""
+    exp = int(time.time()) + 3600
+    auth = {"chatgpt_plan_type": "pro", "chatgpt_account_id": "acct-proxai", "chatgpt_user_id": "user-proxai"}
+    return {"auth_mode": "chatgpt", "OPENAI_API_KEY": None, "last_refresh": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "tokens": {"id_token": _jwt({"email": "codex@example.com", "exp": exp, "https://api.openai.com/auth": auth}),
+                       "access_token": _jwt({"exp": exp, "https://api.openai.com/auth": auth}),
+                       "refresh_token": "refresh-proxai", "account_id": "acct-proxai"}}
 
 
 def compacting(prompt: str):
@@ -96,14 +121,14 @@ def compacting(prompt: str):
 
 
 def run_codex(start_proxy, harness, mock, tmp_path, provider_protocol, script, name="ProxAI", websockets=True,
-              config=None):
+              config=None, chatgpt=False):
     codex = cli("codex")
     mock.responder = script
     proxy = start_proxy(config) if config else proxy_to(start_proxy, harness, provider_protocol, "*")
     work = tmp_path / "work"
     work.mkdir()
     result = run([codex, "exec", "--skip-git-repo-check", PROMPT],
-                 codex_env(tmp_path / "home", proxy.url, name, websockets), work)
+                 codex_env(tmp_path / "home", proxy.url, name, websockets, chatgpt), work)
     assert result.returncode == 0, f"stdout: {result.stdout}\nstderr: {result.stderr}"
     assert FINAL in result.stdout
     return result
@@ -143,13 +168,23 @@ def test_codex_compacts_remotely(start_proxy, harness, mock, tmp_path, provider_
     assert not any(CODEX_PROMPT in json.dumps(r.body) for r in generation_requests(mock, provider_protocol))
 
 
-@pytest.mark.parametrize("provider_protocol", PROVIDERS)
+# Codex compresses only signed in with ChatGPT toward a provider named OpenAI (core/src/client.rs,
+# responses_request_compression), and so signed in it sends a `configuration_update` input item
+# (the turn's reasoning effort) that the proxy refuses toward a translated provider.
+CONFIGURATION_UPDATE = pytest.mark.xfail(strict=True, reason="configuration_update input item is a 400 toward "
+                                         "translated providers (not mapped yet)")
+
+
+@pytest.mark.parametrize("provider_protocol", [*(pytest.param(p, marks=CONFIGURATION_UPDATE) for p in PROVIDERS),
+                                               "openai_responses"])
 def test_codex_compresses_its_http_requests(start_proxy, harness, mock, tmp_path, monkeypatch, provider_protocol):
-    """Without the WebSocket every turn is a POST /v1/responses, its body zstd-compressed."""
+    """Without the WebSocket every turn is a POST /v1/responses, its body zstd-compressed; what
+    reaches the provider is plain JSON."""
     monkeypatch.setenv("PROXAI_HOME", str(tmp_path / "proxai"))
     config = proxy_to(lambda doc: doc, harness, provider_protocol, "*")
     config["capture"] = {"inbound_request": True}
-    run_codex(start_proxy, harness, mock, tmp_path, provider_protocol, agent_script, websockets=False, config=config)
+    run_codex(start_proxy, harness, mock, tmp_path, provider_protocol, agent_script, name="OpenAI", websockets=False,
+              config=config, chatgpt=True)
     check_upstream(mock, provider_protocol, replays_reasoning=True)
     inbound = [capture.Captured("inbound_request", path.read_bytes())
                for path in sorted((tmp_path / "proxai" / "captures").glob("*.inbound_request.http"))]
