@@ -182,6 +182,11 @@ class Wire:
         d = self.descriptors.get(protocol or "")
         return (d.section("headers").get("request_id") if d else None) or "x-request-id"
 
+    def turn_state_header(self, protocol: str | None) -> str | None:
+        """The header whose token keeps a turn's requests on one key (None: the protocol has none)."""
+        d = self.descriptors.get(protocol or "")
+        return d.section("headers").get("turn_state") if d else None
+
     def comments_allowed(self, protocol: str) -> bool:
         """Whether the protocol's clients accept SSE comments (heartbeats) in a stream."""
         return self._d(protocol).section("stream").get("comments", True) is not False

@@ -122,6 +122,8 @@ def test_streamed_compaction_events_validate_against_open_responses(proxy, mock,
         text = http.post("/v1/responses", json={"model": model(route), "stream": True, "store": False,
                                                 "input": [*HISTORY, {"type": "compaction_trigger"}]}).text
     events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    assert [e["type"] for e in events][2:] == ["response.output_item.added", "response.output_item.done",
+                                               "response.completed"], text[:300]
     for event in events:
         if event["type"] in ("response.output_item.added", "response.output_item.done"):
             ResponseCompactionItem.model_validate(event["item"])  # no Open Responses item type for it

@@ -18,7 +18,7 @@ import engine
 
 from proxai.observability import capture, inspector, tracing
 
-from proxai.routing import clients, limits, pools, retry
+from proxai.routing import clients, limits, pools, retry, turn_state
 
 from proxai.endpoints import count_tokens, gemini_client, models_endpoint, responses_state
 
@@ -256,7 +256,15 @@ class Proxy:
 
         conversation = pools.conversation_key(body, self.engine.wire.user_fields(protocol))
         info["_pooled"] = True
-        return await self.resilience.serve(plan, info, conversation, attempt, responses=self.engine.wire.has(protocol, "stored_responses"))
+        header = self.engine.wire.turn_state_header(protocol)
+        turn = await turn_state.begin(self.resilience.health.store, header, request.headers) if header else None
+        if turn is not None:  # a Codex turn's requests stay on the key that served its first
+            conversation = turn.conversation or conversation
+            info.setdefault("_headers", {})[header] = turn.token
+        response = await self.resilience.serve(plan, info, conversation, attempt, responses=self.engine.wire.has(protocol, "stored_responses"))
+        if turn is not None:
+            await turn.served(info.get("key"))
+        return response
 
     async def _serve_on(
         self, request: web.Request, protocol: str, provider: ProviderConfig, match: RouteMatch,
@@ -481,7 +489,7 @@ class Proxy:
         if ctx.cache_breakpoints:
             info["cache_breakpoints"] = len(ctx.cache_breakpoints)
         if ctx.dropped_tools:
-            info["_headers"] = {DROPPED_TOOLS_HEADER: ", ".join(dict.fromkeys(ctx.dropped_tools))}
+            info.setdefault("_headers", {})[DROPPED_TOOLS_HEADER] = ", ".join(dict.fromkeys(ctx.dropped_tools))
         if ctx.compaction is not None:  # the history is summarised first (compact_20260112, docs/context-management.md)
             answer = await compaction.summarise(self, request, match, ctx, ir, info)
             if ctx.compaction["pause"]:

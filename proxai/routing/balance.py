@@ -39,6 +39,12 @@ def pinned_key(conversation: str) -> str | None:
     return conversation[4:] if conversation.startswith("pin:") else None
 
 
+def turn_key(conversation: str | None) -> str | None:
+    """The key fingerprint a `turn:` conversation (a Codex turn, proxai/routing/turn_state.py)
+    names: tried first whatever the strategy, fallbacks included."""
+    return conversation[5:] if conversation and conversation.startswith("turn:") else None
+
+
 class Balancer:
     def __init__(self, strategy: str, deployments: list["Deployment"]):
         self.strategy = strategy

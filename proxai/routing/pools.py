@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from proxai.routing.balance import Balancer, pinned_key, rendezvous
+from proxai.routing.balance import Balancer, pinned_key, rendezvous, turn_key
 from proxai.routing.config import Config, ProviderConfig, key_fingerprint
 from proxai.routing.routes import RouteMatch
 
@@ -58,6 +58,13 @@ class Pool:
         return sum(s.in_flight for s in self.slots)
 
     def order(self, conversation: str | None) -> list[KeySlot]:
+        ordered = self._order(conversation)
+        pinned = turn_key(conversation)
+        if pinned:
+            ordered.sort(key=lambda s: s.fingerprint != pinned)
+        return ordered
+
+    def _order(self, conversation: str | None) -> list[KeySlot]:
         slots = self.slots
         if len(slots) == 1:
             return list(slots)
@@ -95,7 +102,11 @@ class Plan:
     fallbacks: list[Deployment] = field(default_factory=list)
 
     def order(self, conversation: str | None, down: frozenset[str] = frozenset()) -> list[Deployment]:
-        return self.balancer.order(conversation, down) + self.fallbacks
+        ordered = self.balancer.order(conversation, down) + self.fallbacks
+        pinned = turn_key(conversation)
+        if pinned:  # the deployment that served the turn so far, a fallback too
+            ordered.sort(key=lambda d: not any(s.fingerprint == pinned for s in d.pool.slots))
+        return ordered
 
     def model(self, deployment: Deployment) -> str:
         return deployment.upstream_model or self.upstream_model
