@@ -376,3 +376,22 @@ def test_demo_mode_lists_its_models(harness):
         assert p.anthropic().messages.count_tokens(model="anthropic/demo", messages=MESSAGES).input_tokens > 0
     finally:
         p.stop()
+
+
+def test_the_model_list_is_the_descriptors_models_rules(start_proxy, harness, tmp_path):
+    # A rules_dir that names only models.item changes the list the SDK reads (the list
+    # shape and not_found_code still come from the built-in file): the shape is data.
+    (tmp_path / "openai_chat_completions").mkdir()
+    (tmp_path / "openai_chat_completions" / "protocol.yaml").write_text(
+        "kind: protocol\nprotocol: openai_chat_completions\n"
+        "models:\n  item: {id: id, object: !lit model, created: 7, owned_by: !lit the-proxy}\n")
+    cfg = catalog_config(harness)
+    cfg["rules_dir"] = str(tmp_path)
+    client = start_proxy(cfg).openai()
+    models = list(client.models.list())
+    assert [m.id for m in models][:2] == ["fast", "claude-haiku-4-5"]
+    assert {(m.created, m.owned_by) for m in models} == {(7, "the-proxy")}
+    assert client.models.retrieve("gpt-5").owned_by == "the-proxy"
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("nope")
+    assert err.value.body["code"] == "model_not_found" and err.value.body["param"] == "model"

@@ -110,3 +110,34 @@ def test_an_override_of_the_failure_rule_changes_the_failed_code(tmp_path):
     assert eng.failure("openai_responses", RateLimited("slow")) == {"code": "server_error", "message": "slow"}
     # the section's other rules come from the built-in file
     assert eng.stream_error("openai_responses", RateLimited("slow"))[1]["response"]["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_model_in_path_endpoints_are_the_descriptors(tmp_path):
+    # endpoints' {model} paths and also_under, not Python prefixes: an override adds a root.
+    wire = engine.Engine.load().wire
+    found = wire.model_path("/v1/models/models/chat/gpt-4o:streamGenerateContent")
+    assert (found.protocol, found.operation, found.stream, found.model) == (
+        "gemini_generate_content", "generate", True, "models/chat/gpt-4o")
+    assert wire.model_path("/v1beta/models/m:countTokens").operation == "count_tokens"
+    assert wire.model_path("/v1beta/models/m:nope") is None and wire.model_path("/v1beta/models/:countTokens") is None
+    assert wire.model_path("/v2/models/m:generateContent") is None
+    (tmp_path / "gemini_generate_content").mkdir()
+    (tmp_path / "gemini_generate_content" / "protocol.yaml").write_text(
+        "kind: protocol\nprotocol: gemini_generate_content\nendpoints:\n  also_under: [/v1, /v2]\n")
+    wire = engine.Engine.load(tmp_path).wire
+    assert wire.model_path("/v2/models/m:generateContent").model == "m"
+    assert wire.body_fields("openai_chat_completions") == ("model", "stream")
+
+
+def test_a_models_section_shapes_the_list_and_its_items():
+    eng = engine.Engine.load()
+    served = [{"id": "a", "provider": "p", "max_tokens": None}, {"id": "b", "provider": "q", "max_tokens": 10}]
+    assert eng.model_list("anthropic_messages", served, True) == {
+        "data": [{"type": "model", "id": "a", "display_name": "a", "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active"},
+                 {"type": "model", "id": "b", "display_name": "b", "created_at": "1970-01-01T00:00:00Z", "lifecycle": "active",
+                  "max_tokens": 10}],
+        "has_more": True, "first_id": "a", "last_id": "b"}
+    assert eng.model_list("anthropic_messages", []) == {"data": [], "has_more": False, "first_id": None, "last_id": None}
+    assert eng.model_item("gemini_generate_content", served[1])["outputTokenLimit"] == 10
+    assert eng.model_list("openai_chat_completions", served[:1]) == {
+        "object": "list", "data": [{"id": "a", "object": "model", "created": 0, "owned_by": "p"}]}

@@ -184,3 +184,30 @@ def test_a_chat_client_of_a_toy_provider(server, toy_upstream):
     assert [(r["provider_protocol"], r["stream"], r["status"], r.get("input_tokens"), r.get("output_tokens"))
             for r in logged] == [("toy_chat", False, 200, 6, 2), ("toy_chat", True, 200, 6, 2),
                                  ("toy_chat", False, 429, None, None)]
+
+
+def test_the_descriptor_names_the_body_fields_of_the_model_and_the_stream(harness, start_server, mock, tmp_path):
+    # A variant of Toy Talk whose bodies name the model `bot` and the stream flag `live`:
+    # the server routes and streams by the fields its descriptor names.
+    import shutil
+
+    folder = tmp_path / "rules" / "toy_chat"
+    shutil.copytree(RULES / "toy_chat", folder)
+    descriptor = folder / "protocol.yaml"
+    descriptor.write_text(descriptor.read_text().replace(
+        "generate: {path: /v1/talk}", "generate: {path: /v1/talk, model: bot, stream: live}", 1))
+    decode = folder / "request.decode.yaml"
+    decode.write_text(decode.read_text().replace("  model: model\n  stream: stream\n", "  model: bot\n  stream: live\n", 1))
+    cfg = harness.default_config()
+    cfg["rules_dir"] = str(tmp_path / "rules")
+    cfg["routing"]["default_providers"]["toy_chat"] = "chat"
+    srv = start_server(cfg)
+    mock.enqueue(Turn([Text("I am well.")], usage=Usage(input_tokens=12, output_tokens=4)))
+    status, _, raw = post(srv, "/v1/talk", {"bot": "chat/gpt-x", "live": True, "turns": TURNS})
+    assert status == 200, raw
+    assert [name for name, _ in events(raw)][0] == "hello"
+    sent = mock.requests[-1]
+    assert sent.body["model"] == "gpt-x" and sent.body["stream"] is True
+    # Without the model field, the 400 is the toy's and names the descriptor's field.
+    status, _, raw = post(srv, "/v1/talk", {"model": "chat/gpt-x", "turns": TURNS})
+    assert status == 400 and json.loads(raw)["problem"]["field"] == "bot", raw

@@ -65,7 +65,7 @@ def _filled(wire, protocol: str, body: dict) -> dict:
 
 def _check(wire, protocol: str, body: dict) -> None:
     """The generation endpoint's top-level checks, less its output limit."""
-    ingress.check(protocol, _filled(wire, protocol, body))
+    ingress.check(protocol, _filled(wire, protocol, body), wire.body_fields(protocol))
 
 
 async def count(proxy, protocol: str, request: web.Request, info: dict, raw: bytes) -> web.StreamResponse:
@@ -74,7 +74,7 @@ async def count(proxy, protocol: str, request: web.Request, info: dict, raw: byt
     wire = proxy.engine.wire
     body = ingress.decode(raw)
     _check(wire, protocol, body)
-    model = body["model"]
+    model = body[wire.body_fields(protocol)[0]]
     info["model"] = model
     match = proxy.route(model, protocol, info)
     provider = match.provider

@@ -230,9 +230,11 @@ class Proxy:
         if cap is not None:
             version = f"HTTP/{request.version.major}.{request.version.minor}"
             cap.whole("inbound_request", f"{request.method} {request.path_qs} {version}", request.headers.items(), raw)
-        body = ingress.parse(protocol, raw)  # the top-level shape: model, stream, types and bounds
-        model = body["model"]
-        stream = bool(body.get("stream"))
+        model_field, stream_field = self.engine.wire.body_fields(protocol)
+        # the top-level shape: model, stream, types and bounds
+        body = ingress.parse(protocol, raw, (model_field, stream_field))
+        model = body[model_field]
+        stream = bool(body.get(stream_field))
         info.update(model=model, stream=stream)
         assert self.router is not None
         match = self.route(model, protocol, info)
@@ -275,11 +277,12 @@ class Proxy:
         # conversations are the proxy's own toward every provider, a Responses one included
         conversation = await conversations.begin(self, request, body) if stateful else None
         if provider.protocol == protocol:
-            answer_model = response_model.answer_model(match, body["model"])
+            model_field = self.engine.wire.body_fields(protocol)[0]
+            answer_model = response_model.answer_model(match, body[model_field])
             if conversation is not None:
                 conversation.resolve(body, provider_holds_ids=True)
-            if match.upstream_model != body["model"] or conversation is not None:
-                body["model"] = match.upstream_model
+            if match.upstream_model != body[model_field] or conversation is not None:
+                body[model_field] = match.upstream_model
                 raw = dump_json(body)
             if stateful and body.get("store") is not False:
                 info["_owned_id"] = True  # the provider keeps this response: note whose it is (responses_state)

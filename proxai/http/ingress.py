@@ -38,9 +38,18 @@ def _compile(schema: dict) -> Draft202012Validator:
 VALIDATORS = {path.stem: _compile(json.loads(path.read_text(encoding="utf-8")))
               for path in sorted(SCHEMA_DIR.glob("*.json"))}
 # A protocol with no schema of its own (one added by a rules folder) gets the least
-# every generation body needs: the model to route on, and a boolean stream flag.
-DEFAULT = _compile({"type": "object", "required": ["model"], "properties": {
-    "model": {"type": "string", "minLength": 1}, "stream": {"type": "boolean"}}})
+# every generation body needs: the model to route on, and a boolean stream flag, in the
+# fields its descriptor names (endpoints.generate model and stream).
+BODY_FIELDS = ("model", "stream")
+
+
+def _default(fields: tuple[str, str]) -> Draft202012Validator:
+    model, stream = fields
+    return _compile({"type": "object", "required": [model], "properties": {
+        model: {"type": "string", "minLength": 1}, stream: {"type": "boolean"}}})
+
+
+DEFAULT = _default(BODY_FIELDS)
 
 
 # --- the fast path ---------------------------------------------------------------------
@@ -168,10 +177,11 @@ async def read(request: web.Request, limit: int, timeout: float) -> bytes:
     return raw
 
 
-def parse(protocol: str, raw: bytes) -> dict[str, Any]:
-    """The request body as a dict, checked against the endpoint's schema."""
+def parse(protocol: str, raw: bytes, fields: tuple[str, str] = BODY_FIELDS) -> dict[str, Any]:
+    """The request body as a dict, checked against the endpoint's schema (else the least:
+    the `fields` naming the model and the stream flag)."""
     body = decode(raw)
-    check(protocol, body)
+    check(protocol, body, fields)
     return body
 
 
@@ -231,8 +241,19 @@ def _check_depth(raw: bytes, body: dict) -> None:
         depth += 1
 
 
-def check(protocol: str, body: dict[str, Any]) -> None:
+_DEFAULTS: dict[tuple[str, str], Draft202012Validator] = {BODY_FIELDS: DEFAULT}
+
+
+def check(protocol: str, body: dict[str, Any], fields: tuple[str, str] = BODY_FIELDS) -> None:
     """Raise InvalidRequest naming the first field whose top-level shape is wrong."""
+    if protocol not in VALIDATORS and fields != BODY_FIELDS:
+        if fields not in _DEFAULTS:
+            _DEFAULTS[fields] = _default(tuple(fields))
+        v = _DEFAULTS[fields]
+        error = _first_error(v, body)
+        if error is not None:
+            raise _describe(error, body)
+        return
     fast = FAST.get(protocol, _FAST_DEFAULT)
     if fast is not None and fast(body):
         return
