@@ -15,6 +15,7 @@ compacted history lands far under the limit.
 Each run must exit 0 with the final text, its command's output must reach the compaction
 request, and the provider request after it must carry the summary in place of the tool
 traffic. With `supports_websockets = false` and `features.enable_request_compression`,
+signed in with ChatGPT toward a provider named OpenAI (the only case where Codex compresses),
 every Responses request reaches the proxy as a zstd body.
 """
 
