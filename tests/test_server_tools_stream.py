@@ -15,12 +15,15 @@ import json
 import threading
 
 import anthropic
+import httpx2 as httpx
 import openai
 import pytest
 
+from gemini_helpers import gemini_config
 from harness import CLIENT_KEY
 from proxai.mock import Error, Text, ToolCall, Turn
 from proxai.mock.search import DEFAULT_RESULTS
+from server_process import ServerProcess
 from test_open_responses_compliance import EVENTS, RESOURCE, schema_errors
 from test_tool_search_e2e import BASH, DEFERRED, REGEX, search_result_text, tool_names
 from test_web_search import search, server  # noqa: F401  (fixtures: the mock search backend, the server process using it)
@@ -167,3 +170,30 @@ def test_a_failed_provider_call_after_a_run_ends_the_clients_stream_with_an_erro
     assert [e.content_block.type for e in events if e.type == "content_block_start"] == [
         "text", "server_tool_use", "web_search_tool_result"]
     assert not any(e.type == "message_stop" for e in events)
+
+
+@pytest.fixture(scope="module")
+def beating_server(harness, search, tmp_path_factory):
+    config = gemini_config(harness.mock_url)
+    config["web_search"] = {"backend": "searxng", "url": search[1], "max_results": 2}
+    config["server"] = {"stream_heartbeat_secs": 0.2}
+    process = ServerProcess(tmp_path_factory.mktemp("server-tools-heartbeat"), config)
+    yield process
+    process.stop()
+
+
+def test_heartbeats_go_out_while_a_search_runs(beating_server, mock, search):
+    search[0].reset()
+    search[0].delay_secs = 1.0
+    mock.enqueue(first_turn(), Turn([Text("ProxAI is a proxy.")]))
+    body = {"model": "chat/m", "max_tokens": 200, "stream": True, "tools": [WEB_SEARCH],
+            "messages": [{"role": "user", "content": "search"}]}
+    with httpx.stream("POST", beating_server.url + "/v1/messages", json=body, timeout=20,
+                      headers={"x-api-key": CLIENT_KEY, "anthropic-version": "2023-06-01"}) as r:
+        assert r.status_code == 200
+        data = b"".join(r.iter_bytes()).decode()
+    before, _, after = data.partition('"web_search_tool_result"')
+    assert after and '"text_delta"' in before
+    # The comments come after the model's text, while the backend is quiet.
+    assert before[before.rindex('"text_delta"'):].count(": keep-alive") >= 2
+    assert data.count("event: message_start") == 1 and data.count("event: message_stop") == 1

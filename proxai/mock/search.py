@@ -5,6 +5,7 @@ with the same scripted results. Every request is recorded (method, path, query, 
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +33,12 @@ class MockSearch:
     results: list[dict] = field(default_factory=lambda: [dict(r) for r in DEFAULT_RESULTS])
     status: int = 200
     requests: list[Searched] = field(default_factory=list)
+    delay_secs: float = 0.0  # before each answer (a slow backend)
 
     def reset(self) -> None:
         self.results = [dict(r) for r in DEFAULT_RESULTS]
         self.status = 200
+        self.delay_secs = 0.0
         self.requests.clear()
 
     @property
@@ -51,6 +54,8 @@ class MockSearch:
         record = Searched(request.method, request.path, dict(request.query), dict(request.headers),
                           orjson.loads(raw) if raw else None)
         self.requests.append(record)
+        if self.delay_secs:
+            await asyncio.sleep(self.delay_secs)
         return record
 
     def _answer(self, body: dict) -> web.Response:
