@@ -151,7 +151,8 @@ class LoopRelay:
 
     def __init__(self, proxy, request, match, loop: Loop, upstream, info: dict, fetch):
         self.proxy, self.request, self.match, self.loop, self.info, self.fetch = proxy, request, match, loop, info, fetch
-        self.observer = LoopStream(proxy.engine, loop.ctx, loop)
+        # The rounds' observer; `observer` is what each StreamLoop feeds (an inspector may wrap it).
+        self.stream = self.observer = LoopStream(proxy.engine, loop.ctx, loop)
         self.provider_name = match.provider.name
         protocol = info.get("client_protocol")
         self.heartbeat = proxy.config.server.stream_heartbeat_secs if proxy.engine.wire.comments_allowed(protocol) else 0
@@ -181,10 +182,10 @@ class LoopRelay:
         self.relay.stop()
 
     async def run(self, client) -> Outcome:
-        observer, loop = self.observer, self.loop
+        observer, loop = self.stream, self.loop
         try:
             while True:
-                self.relay.observer = self.observer  # an inspector may have wrapped it
+                self.relay.observer = self.observer  # an inspector may have wrapped it since
                 outcome = await self.relay.run(client)
                 r = observer.round
                 if not r.ended or not outcome.complete:
