@@ -119,12 +119,7 @@ def _one_cycle(edges: dict[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"no cycle in {component}")
 
 
-@pytest.mark.parametrize("package", [
-    "engine",
-    pytest.param("proxai", marks=pytest.mark.xfail(strict=True, reason=(
-        "proxai/ still has an import cycle: app.py and the satellites that import it back; "
-        "remove this mark when they are gone"))),
-])
+@pytest.mark.parametrize("package", ["engine", "proxai"])
 def test_no_import_cycles(package):
     found = [c for c in cycles(graph()) if any(m == package or m.startswith(package + ".") for m in c)]
     assert found == [], "import cycles (and the other modules of each circle):\n" + "\n".join(
