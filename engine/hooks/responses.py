@@ -119,6 +119,17 @@ def number_items(scope, items=None, response_id=None):
     return out
 
 
+def configuration(scope, items=None, field=None):
+    """The ``field`` settings (``reasoning``, ``text``) of the last configuration_update input
+    item that has them: in effect until a later update replaces them (None: no update)."""
+    if not isinstance(items, list):
+        return None
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("type") == "configuration_update" and isinstance(item.get(field), dict):
+            return item[field]
+    return None
+
+
 def phases(scope, items=None):
     """A translated answer's assistant message items get the ``phase`` Responses models
     write (clients such as Codex tell the turn's final answer by it): ``final_answer`` for
@@ -133,6 +144,7 @@ def phases(scope, items=None):
 
 HOOKS = {
     "responses.phases": phases,
+    "responses.configuration": configuration,
     "responses.group_turns": group_turns,
     "responses.merge_messages": merge_messages,
     "responses.is_custom_call": is_custom_call,
