@@ -283,15 +283,22 @@ def test_responses_compact_errors_name_the_field(proxy, mock):
     assert mock.requests == []
 
 
-def test_compaction_model_writes_the_summary(harness, start_proxy, mock):
+@pytest.mark.parametrize("writer, path", [("chat", "/v1/chat/completions"), ("responses", "/v1/responses")])
+def test_compaction_model_writes_the_summary(harness, start_proxy, mock, writer, path):
     doc = gemini_config(harness.mock_url)
     for route in doc["routing"]["routes"]:
         if route["name"] == "anthropic":
-            route["compaction_model"] = "chat/summariser"
+            route["compaction_model"] = f"{writer}/summariser"
     client = start_proxy(doc).openai()
     mock.enqueue(summary_turn())
     compacted = client.responses.compact(model=model("anthropic"), input=HISTORY)
     the_compaction_item(compacted.output[1:])
-    assert [r.path for r in mock.requests] == ["/v1/chat/completions"]
-    assert mock.requests[0].body["model"] == "summariser"
+    assert [r.path for r in mock.requests] == [path]
+    assert mock.requests[0].body["model"] == "summariser" and PROMPT_WORDS in sent(mock)
+    # the item is the proxy's whoever wrote it: the routed provider reads the summary
+    mock.reset()
+    mock.enqueue(Turn([Text("ok")]))
+    client.responses.create(model=model("anthropic"), store=False,
+                            input=[compacted.output[1].model_dump(exclude_none=True), {"role": "user", "content": "go on"}])
+    assert [r.path for r in mock.requests] == ["/v1/messages"] and SUMMARY in sent(mock)
     client.close()
