@@ -16,6 +16,7 @@ import orjson
 import yaml
 
 from bench.payloads import ANTHROPIC, PROTOCOLS, SHORT
+from bench import procstat
 from bench.placement import pin_child
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,9 +52,10 @@ def stop(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
 
 class Upstream:
     def __init__(self, deltas: int, events_per_write: int = 1, gap_ms: float = 0.0,
-                 cpus: tuple[int, ...] | None = None, hold_after: int = 0):
+                 cpus: tuple[int, ...] | None = None, hold_after: int = 0, latency_ms: float = 0.0):
         cmd = [PYTHON, "-m", "bench.upstream", "--port", "0", "--deltas", str(deltas),
-               "--events-per-write", str(events_per_write), "--gap-ms", str(gap_ms), "--hold-after", str(hold_after)]
+               "--events-per-write", str(events_per_write), "--gap-ms", str(gap_ms), "--hold-after", str(hold_after),
+               "--latency-ms", str(latency_ms)]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True,
                                      preexec_fn=pin_child(cpus))
         line = self.proc.stdout.readline()
@@ -66,6 +68,46 @@ class Upstream:
 
     def close(self) -> None:
         stop(self.proc)
+
+
+class Floor:
+    """bench/floor.py in front of the upstream: `processes` of it on one port (SO_REUSEPORT when more
+    than one, as the proxy's workers share theirs), pinned like the proxy."""
+
+    def __init__(self, upstream_url: str, cpus: tuple[int, ...] | None = None, processes: int = 1):
+        port = free_port() if processes > 1 else 0
+        self.procs = []
+        try:
+            for _ in range(processes):
+                cmd = [PYTHON, "-m", "bench.floor", "--upstream", upstream_url, "--port", str(port)]
+                if processes > 1:
+                    cmd.append("--reuse-port")
+                proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True,
+                                        preexec_fn=pin_child(cpus))
+                self.procs.append(proc)
+                line = proc.stdout.readline()
+                if not line.startswith("PORT "):
+                    raise RuntimeError(f"the floor relay did not start (said {line!r})")
+                port = int(line.split()[1])
+        except BaseException:
+            self.close()
+            raise
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.pids = [p.pid for p in self.procs]
+        self.pid = self.pids[0]
+
+    def sample(self) -> procstat.Sample:
+        samples = [procstat.sample(pid) for pid in self.pids]
+        return procstat.Sample(sum(s.cpu_s for s in samples), sum(s.rss_kb for s in samples),
+                               sum(s.hwm_kb for s in samples))
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            stop(proc)
 
 
 def proxy_config(upstream_url: str, port: int, log_level: str, state: dict | None = None) -> dict:
@@ -150,6 +192,9 @@ class Proxy:
             return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return ""
+
+    def sample(self) -> procstat.Sample:
+        return procstat.sample(self.pid)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

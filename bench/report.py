@@ -18,6 +18,15 @@ PASSTHROUGH_STREAM_MS = 1.5  # proxy CPU per pass-through 200-event stream
 ADDED_TTFB_MS = 0.5  # time to first event over direct, streams at concurrency 1
 PASSTHROUGH_CPU_MS = 0.30  # proxy CPU per pass-through non-streaming request
 STARTUP_S = 1.0
+# Step 3: ratios to the floor relay (bench/floor.py) measured in the same run, proxy pinned to one core.
+FLOOR_TARGETS = (  # (label, mode, passthrough, figure, at most this × the floor's)
+    ("pass-through request CPU", "json", True, "cpu_ms", 1.3),
+    ("pass-through 200-event stream CPU", "stream", True, "cpu_ms", 1.3),
+    ("translated request CPU", "json", False, "cpu_ms", 1.6),
+    ("translated 200-event stream CPU", "stream", False, "cpu_ms", 2.0),
+    ("pass-through time to first event", "stream", True, "ttfb_p50", 1.1),
+    ("translated time to first event", "stream", False, "ttfb_p50", 1.1),
+)
 MEMORY_GROWTH = 0.05  # "flat": RSS after the last round within 5% of RSS after the first
 
 
@@ -51,22 +60,24 @@ def summarize(runs: list[dict]) -> dict:
 
 
 def rows(result: dict) -> list[dict]:
-    """One row per target and concurrency, with its direct floor's numbers alongside."""
+    """One row per target and concurrency, with direct's (d) and the floor relay's (f) numbers alongside."""
     targets = result.get("targets") or []
-    direct = {}
+    base: dict = {"direct": {}, "floor": {}}
     for t in targets:
-        if t["kind"] == "direct":
+        if t["kind"] in base:
             for c, runs in t["runs"].items():
-                direct[(t["client"], t["mode"], c)] = summarize(runs)
+                base[t["kind"]][(t["client"], t["mode"], c)] = summarize(runs)
     out = []
     for t in targets:
         if t["error"] is not None or not t["runs"]:
-            out.append({**t, "c": None, "s": None, "d": None})
+            out.append({**t, "c": None, "s": None, "d": None, "f": None})
             continue
         for c, runs in sorted(t["runs"].items(), key=lambda kv: int(kv[0])):
             s = summarize(runs)
-            d = direct.get((t["client"], t["mode"], c)) if t["kind"] == "proxy" else None
-            out.append({**t, "c": int(c), "s": s, "d": d})
+            key = (t["client"], t["mode"], c)
+            d = base["direct"].get(key) if t["kind"] != "direct" else None
+            f = base["floor"].get(key) if t["kind"] == "proxy" else None
+            out.append({**t, "c": int(c), "s": s, "d": d, "f": f})
     return out
 
 
@@ -86,6 +97,11 @@ def _fmt(v, digits: int = 2, signed: bool = False) -> str:
 
 def _x(v) -> str:
     return f"{v:.2f}×" if v is not None else "-"
+
+
+def _xf(r: dict, figure: str) -> str:
+    """The row's figure as a ratio to the floor relay's in the same run."""
+    return _x(_ratio(r["s"][figure], r["f"] and r["f"][figure]))
 
 
 def _cell(text: str | None, limit: int = 140) -> str:
@@ -231,6 +247,38 @@ def _passthrough_target(rs: list[dict], c: int | None) -> dict:
             "measured": measured if checks else "-", "verdict": "not measured" if not checks else ("met" if not failed else "**missed**")}
 
 
+def floor_targets(result: dict) -> list[dict]:
+    """Step 3: each figure as the worst pair's ratio to the floor relay of its client and mode, at the lowest
+    concurrency (time to first event at c=1)."""
+    rs = rows(result)
+    levels = sorted({r["c"] for r in rs if r["c"] is not None})
+    out = []
+    for label, mode, passthrough, figure, limit in FLOOR_TARGETS:
+        c = 1 if figure == "ttfb_p50" else (levels[0] if levels else None)
+        cands = [(r["pair"], _ratio(r["s"][figure], r["f"] and r["f"][figure]), r["s"][figure], r["f"] and r["f"][figure])
+                 for r in _proxied(rs, mode, c, passthrough)]
+        known = [x for x in cands if x[1] is not None]
+        row = {"target": f"{label} (c={c})", "goal": f"<= {limit:g}× the floor's", "limit": limit, "value": None,
+               "measured": "-", "verdict": "not measured"}
+        if known:
+            pair, ratio, mine, floor = max(known, key=lambda x: x[1])
+            row.update(value=ratio, verdict="met" if ratio <= limit else f"**missed** ({ratio / limit:.2f}× the goal)",
+                       measured=f"{ratio:.2f}× (worst: {pair}, {mine:.3f} against {floor:.3f} ms"
+                                f"{_range([x[1] for x in known], 2)})")
+        out.append(row)
+    return out
+
+
+def _floor_table(result: dict) -> list[str]:
+    rows_ = floor_targets(result)
+    if not any(r["value"] is not None for r in rows_):
+        return []
+    lines = ["## Against the floor (performance step 3 targets)", "",
+             "| figure | goal | measured | verdict |", "|---|---|---|---|"]
+    lines += [f"| {t['target']} | {t['goal']} | {t['measured']} | {t['verdict']} |" for t in rows_]
+    return lines + [""]
+
+
 def _memory_target(result: dict) -> dict:
     mem = result.get("memory_rounds") or []
     if len(mem) < 2:
@@ -273,13 +321,15 @@ def markdown(result: dict) -> str:
         f"- placement: {(result.get('placement') or {}).get('description', 'not pinned')}"
         + _calibration(result),
         f"- medians over rounds; "
-        f"+ = proxy minus direct, × = proxy / direct" + (f"; wall time {result['wall_s']:.0f} s" if "wall_s" in result else ""),
+        f"+ = proxy minus direct, × = proxy / direct, × floor = proxy / the floor relay (bench/floor.py) "
+        f"on the proxy's CPU in the same rounds; the floor rows' CPU column is the floor's" + (f"; wall time {result['wall_s']:.0f} s" if "wall_s" in result else ""),
         "",
     ]
     if result.get("targets"):
         lines += ["## Targets", "", "| target | goal | measured | verdict |", "|---|---|---|---|"]
         lines += [f"| {t['target']} | {t['goal']} | {t['measured']} | {t['verdict']} |" for t in targets(result)]
         lines.append("")
+        lines += _floor_table(result)
         lines += _json_table(result) + _stream_table(result, events) + _scaling(result) + _ceiling(result)
         lines += _memory(result, proxy)
     if result.get("micro"):
@@ -310,20 +360,22 @@ def _json_table(result: dict) -> list[str]:
     lines = [
         "## Non-streaming (~1 KB request, ~1 KB reply)",
         "",
-        "| case | c | req/s | p50 ms | p99 ms | +p50 ms | p50 × | req/s × | proxy CPU ms/req | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| case | c | req/s | p50 ms | p99 ms | +p50 ms | p50 × | req/s × | proxy CPU ms/req "
+        "| CPU × floor | p50 × floor | p99 × floor | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows(result):
         if r["mode"] != "json":
             continue
         if r["s"] is None:
-            lines.append(f"| {r['name']} | | | | | | | | | ERROR: {_cell(r['error'])} |")
+            lines.append(f"| {r['name']} | | | | | | | | | | | | ERROR: {_cell(r['error'])} |")
             continue
         s, d = r["s"], r["d"]
         lines.append(
             f"| {r['name']} | {r['c']} | {_fmt(s['rps'], 0)} | {_fmt(s['p50'])} | {_fmt(s['p99'])} | "
             f"{_fmt(_diff(s['p50'], d and d['p50']), signed=True)} | {_x(_ratio(s['p50'], d and d['p50']))} | "
-            f"{_x(_ratio(s['rps'], d and d['rps']))} | {_fmt(s['cpu_ms'], 3)} | {_errors(s)} |"
+            f"{_x(_ratio(s['rps'], d and d['rps']))} | {_fmt(s['cpu_ms'], 3)} | "
+            f"{_xf(r, 'cpu_ms')} | {_xf(r, 'p50')} | {_xf(r, 'p99')} | {_errors(s)} |"
         )
     return lines + [""]
 
@@ -333,21 +385,22 @@ def _stream_table(result: dict, events: dict) -> list[str]:
         "## Streaming (text deltas, then two interleaved tool calls)",
         "",
         "| case | c | req/s | TTFB p50 ms | +TTFB ms | full p50 ms | full p99 ms | +full p50 ms | full × "
-        "| proxy CPU ms/stream | µs/event | errors |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| proxy CPU ms/stream | µs/event | CPU × floor | TTFB × floor | full p50 × floor | full p99 × floor | errors |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows(result):
         if r["mode"] != "stream":
             continue
         if r["s"] is None:
-            lines.append(f"| {r['name']} | | | | | | | | | | | ERROR: {_cell(r['error'])} |")
+            lines.append(f"| {r['name']} | | | | | | | | | | | | | | | ERROR: {_cell(r['error'])} |")
             continue
         s, d = r["s"], r["d"]
         lines.append(
             f"| {r['name']} | {r['c']} | {_fmt(s['rps'], 0)} | {_fmt(s['ttfb_p50'])} | "
             f"{_fmt(_diff(s['ttfb_p50'], d and d['ttfb_p50']), signed=True)} | {_fmt(s['p50'])} | {_fmt(s['p99'])} | "
             f"{_fmt(_diff(s['p50'], d and d['p50']), signed=True)} | {_x(_ratio(s['p50'], d and d['p50']))} | "
-            f"{_fmt(s['cpu_ms'], 3)} | {_fmt(_per_event(s['cpu_ms'], events.get(r['provider'])), 1)} | {_errors(s)} |"
+            f"{_fmt(s['cpu_ms'], 3)} | {_fmt(_per_event(s['cpu_ms'], events.get(r['provider'])), 1)} | "
+            f"{_xf(r, 'cpu_ms')} | {_xf(r, 'ttfb_p50')} | {_xf(r, 'p50')} | {_xf(r, 'p99')} | {_errors(s)} |"
         )
     return lines + [""]
 

@@ -21,7 +21,7 @@ import orjson
 
 from bench import micro, payloads, placement, procstat, report
 from bench.payloads import ANTHROPIC, PATHS, PROTOCOLS, SHORT, TERMINAL
-from bench.processes import BENCH_KEY, ROOT, Driver, Proxy, Upstream
+from bench.processes import BENCH_KEY, ROOT, Driver, Floor, Proxy, Upstream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 MODES = ("json", "stream")
@@ -35,7 +35,7 @@ STREAM_DELTAS = 190
 
 @dataclass
 class Target:
-    kind: str  # direct | proxy
+    kind: str  # direct | floor (bench/floor.py, the bare relay) | proxy
     client: str
     provider: str
     stream: bool
@@ -52,16 +52,17 @@ class Target:
 
     @property
     def name(self) -> str:
-        what = f"direct {SHORT[self.client]}" if self.kind == "direct" else self.pair
+        what = f"{self.kind} {SHORT[self.client]}" if self.kind != "proxy" else self.pair
         return f"{what} ({self.mode})"
 
     @property
     def passthrough(self) -> bool:
         return self.kind == "proxy" and self.client == self.provider
 
-    def job(self, upstream_url: str, proxy_url: str) -> dict:
-        if self.kind == "direct":
-            url, body = upstream_url + PATHS[self.client], payloads.request(self.client, self.stream)
+    def job(self, upstream_url: str, proxy_url: str, floor_url: str = "") -> dict:
+        if self.kind != "proxy":
+            base = upstream_url if self.kind == "direct" else floor_url
+            url, body = base + PATHS[self.client], payloads.request(self.client, self.stream)
         else:
             model = f"{SHORT[self.provider]}/{payloads.MODEL}"
             url, body = proxy_url + PATHS[self.client], payloads.request(self.client, self.stream, model)
@@ -75,14 +76,14 @@ class Target:
 
 
 def targets(pairs: list[str], modes: list[str]) -> list[list[Target]]:
-    """Groups of targets sharing a client protocol and mode: the direct floor first, then each proxied pair."""
+    """Groups of targets sharing a client protocol and mode: direct, the floor relay, then each proxied pair."""
     groups = []
     for mode in modes:
         for client in PROTOCOLS:
             chosen = [p for p in PROTOCOLS if any(fnmatch.fnmatch(f"{SHORT[client]}->{SHORT[p]}", g) for g in pairs)]
             if not chosen:
                 continue
-            group = [Target("direct", client, client, mode == "stream")]
+            group = [Target("direct", client, client, mode == "stream"), Target("floor", client, client, mode == "stream")]
             group += [Target("proxy", client, p, mode == "stream") for p in chosen]
             groups.append(group)
     return groups
@@ -115,12 +116,13 @@ def run(opts: argparse.Namespace) -> dict:
     if not opts.no_micro:
         log(opts, "micro benchmarks (engine only)")
         result["micro"] = micro.run(opts.micro_seconds, opts.deltas)
-    upstream = driver = proxy = None
+    upstream = driver = proxy = floor = None
     try:
         upstream = Upstream(opts.deltas, opts.events_per_write, opts.gap_ms, cpus=where.load)
         driver = Driver(cpus=where.load)
         log(opts, f"starting the proxy {opts.proxy_args or ''}".rstrip() + f"; {where.describe()}")
         proxy = Proxy(upstream.url, workdir, opts.proxy_log_level, opts.proxy_args, profile_to, cpus=where.proxy)
+        floor = Floor(upstream.url, cpus=where.proxy)
         result["proxy"] = {"startup_s": proxy.startup_s, "args": opts.proxy_args, "log_level": opts.proxy_log_level}
         if "micro" in result:
             result["micro"]["startup"].update(micro.startup(str(proxy.config_file)))
@@ -128,7 +130,7 @@ def run(opts: argparse.Namespace) -> dict:
         result["proxy"]["rss_kb_at_start"] = before.rss_kb
         ceiling_runs: dict[int, list] = {}
         result["stream_events"] = {p: len(payloads.reply(p, True, opts.deltas)) for p in PROTOCOLS}
-        probe(driver, upstream, proxy, groups, opts)
+        probe(driver, upstream, proxy, floor, groups, opts)
         for r in range(opts.rounds):
             log(opts, f"round {r + 1}/{opts.rounds}")
             for c in opts.concurrency:
@@ -136,9 +138,11 @@ def run(opts: argparse.Namespace) -> dict:
                 for group in rotate(groups, r):
                     for target in rotate(group, r):
                         if target.error is None:
-                            measure(driver, upstream, proxy, target, c, opts)
+                            measure(driver, upstream, proxy, floor, target, c, opts)
                 if not proxy.alive():
                     raise RuntimeError(f"the proxy died:\n{proxy.log_tail()}")
+                if not floor.alive():
+                    raise RuntimeError("the floor relay died")
             s = procstat.sample(proxy.pid)
             result["memory_rounds"].append({"round": r + 1, "rss_kb": s.rss_kb, "hwm_kb": s.hwm_kb})
         result["ceiling"] = [{"concurrency": c, "runs": runs} for c, runs in ceiling_runs.items()]
@@ -148,7 +152,7 @@ def run(opts: argparse.Namespace) -> dict:
         if opts.scaling and "--workers" not in opts.proxy_args:
             result["scaling"] = scaling(driver, upstream, proxy, groups, workdir, opts)
     finally:
-        for p in (driver, proxy, upstream):
+        for p in (driver, floor, proxy, upstream):
             if p is not None:
                 p.close()
     result["targets"] = [target_record(t) for g in groups for t in g]
@@ -205,23 +209,27 @@ def ceiling(driver: Driver, upstream: Upstream, c: int, opts) -> dict:
                        "max_requests": opts.requests})
 
 
-def probe(driver: Driver, upstream: Upstream, proxy: Proxy, groups: list[list[Target]], opts) -> None:
+def probe(driver: Driver, upstream: Upstream, proxy: Proxy, floor: Floor, groups: list[list[Target]], opts) -> None:
     """A couple of requests per target; a failing target becomes an error row and is skipped."""
     for group in groups:
         for t in group:
-            res = driver.run({**t.job(upstream.url, proxy.url), "concurrency": 1, "seconds": 5, "max_requests": 2})
+            res = driver.run({**t.job(upstream.url, proxy.url, floor.url), "concurrency": 1, "seconds": 5,
+                              "max_requests": 2})
             if res.get("errors") or not res.get("requests"):
                 t.error = res.get("first_error") or "no successful request"
                 log(opts, f"  {t.name}: ERROR {t.error[:200]}")
 
 
-def measure(driver: Driver, upstream: Upstream, proxy: Proxy, t: Target, c: int, opts) -> None:
-    job = {**t.job(upstream.url, proxy.url), "concurrency": c, "seconds": opts.seconds, "max_requests": opts.requests}
-    p0, u0 = procstat.sample(proxy.pid), procstat.sample(upstream.pid)
+def measure(driver: Driver, upstream: Upstream, proxy: Proxy, floor: Floor, t: Target, c: int, opts) -> None:
+    """One case; `proxy_cpu_ms_per_req` is the CPU of the relay under test: the proxy's, or the floor's."""
+    job = {**t.job(upstream.url, proxy.url, floor.url), "concurrency": c, "seconds": opts.seconds,
+           "max_requests": opts.requests}
+    relay = floor if t.kind == "floor" else proxy
+    p0, u0 = relay.sample(), procstat.sample(upstream.pid)
     res = driver.run(job)
-    p1, u1 = procstat.sample(proxy.pid), procstat.sample(upstream.pid)
+    p1, u1 = relay.sample(), procstat.sample(upstream.pid)
     n = max(1, res.get("requests", 0) + res.get("errors", 0))
-    res["proxy_cpu_ms_per_req"] = (p1.cpu_s - p0.cpu_s) / n * 1000 if t.kind == "proxy" else None
+    res["proxy_cpu_ms_per_req"] = (p1.cpu_s - p0.cpu_s) / n * 1000 if t.kind != "direct" else None
     res["upstream_cpu_ms_per_req"] = (u1.cpu_s - u0.cpu_s) / n * 1000
     res["proxy_rss_kb"] = p1.rss_kb
     t.runs.setdefault(c, []).append(res)

@@ -2,6 +2,7 @@
 protocols from bytes built once.
 
     python -m bench.upstream [--port 0] [--deltas 64] [--events-per-write 1] [--gap-ms 0] [--hold-after N]
+                             [--latency-ms MS]
 
 Prints `PORT <n>` on stdout once it listens. POST /v1/chat/completions, /v1/responses and
 /v1/messages answer the canned turn of bench/payloads.py in exact wire format, as a stream
@@ -9,7 +10,8 @@ when the request body has `"stream":true`; POST or GET /ping answers `{}` (the l
 ceiling). The handler only looks at the path and that one flag, so the upstream costs next
 to nothing per request. With `--hold-after N` a stream sends its first N writes and then
 nothing more, no EOF either, until the other side closes the connection (bench/idle.py:
-streams held open and idle).
+streams held open and idle). With `--latency-ms MS` every canned answer waits MS before its
+first byte, like a model's time to answer (the published gateway method uses 20 ms).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ def build(deltas: int, events_per_write: int) -> dict[str, tuple[bytes, list[byt
     return out
 
 
-def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.0, hold_after: int = 0):
+def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.0, hold_after: int = 0,
+                 latency_s: float = 0.0):
     """`hold_after` > 0: streams stop after that many writes and stay open until the peer goes
     away (the server must cancel handlers on disconnect: web.Server(handler_cancellation=True))."""
     ping = b"{}"
@@ -55,6 +58,8 @@ def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.
             return web.Response(status=404, body=b'{"error":{"message":"not found","type":"not_found"}}',
                                 headers=JSON_HEADERS)
         body, writes = entry
+        if latency_s:
+            await asyncio.sleep(latency_s)
         if b'"stream":true' not in raw and b'"stream": true' not in raw:
             return web.Response(body=body, headers=JSON_HEADERS)
         resp = web.StreamResponse(headers=SSE_HEADERS)
@@ -75,8 +80,9 @@ def make_handler(canned: dict[str, tuple[bytes, list[bytes]]], gap_s: float = 0.
 
 
 async def serve(host: str, port: int, deltas: int, events_per_write: int, gap_ms: float = 0.0,
-                hold_after: int = 0, backlog: int = 1024) -> None:
-    server = web.Server(make_handler(build(deltas, events_per_write), gap_ms / 1000, hold_after), access_log=None,
+                hold_after: int = 0, backlog: int = 1024, latency_ms: float = 0.0) -> None:
+    server = web.Server(make_handler(build(deltas, events_per_write), gap_ms / 1000, hold_after, latency_ms / 1000),
+                        access_log=None,
                         handler_cancellation=bool(hold_after))
     runner = web.ServerRunner(server, handle_signals=False)
     await runner.setup()
@@ -101,9 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold-after", type=int, default=0,
                         help="streams send this many writes, then hold the connection open without EOF (0: off)")
     parser.add_argument("--backlog", type=int, default=1024, help="listen backlog")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="wait this long before each canned answer")
     args = parser.parse_args(argv)
     asyncio.run(serve(args.host, args.port, args.deltas, args.events_per_write, args.gap_ms, args.hold_after,
-                      args.backlog))
+                      args.backlog, args.latency_ms))
     return 0
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import urllib.error
+import urllib.request
 
+import orjson
 import pytest
 
 from bench import micro, payloads, report, run
@@ -43,21 +46,57 @@ def test_orchestrator_runs_every_target_and_writes_results(tmp_path):
     assert saved["memory_rounds"][0]["rss_kb"] > 1000
     assert saved["ceiling"][0]["runs"][0]["requests"] == 3
     targets = {t["name"]: t for t in saved["targets"]}
-    assert len(targets) == 2 * (3 + 9)
+    assert len(targets) == 2 * (3 + 3 + 9)
     for protocol in PROTOCOLS:
         for mode in ("json", "stream"):
-            for name in (f"direct {SHORT[protocol]} ({mode})", f"{SHORT[protocol]}->{SHORT[protocol]} ({mode})"):
+            for name in (f"direct {SHORT[protocol]} ({mode})", f"floor {SHORT[protocol]} ({mode})",
+                         f"{SHORT[protocol]}->{SHORT[protocol]} ({mode})"):
                 t = targets[name]
                 assert t["error"] is None, (name, t["error"])
                 (res,) = t["runs"]["1"]
                 assert res["requests"] == 3 and res["errors"] == 0, name
                 assert res["latency_ms"]["p50"] > 0 and res["ttfb_ms"]["p50"] <= res["latency_ms"]["p50"]
             assert targets[f"{SHORT[protocol]}->{SHORT[protocol]} ({mode})"]["runs"]["1"][0]["proxy_cpu_ms_per_req"] >= 0
+            # the floor relay's own CPU, read from its process like the proxy's
+            assert targets[f"floor {SHORT[protocol]} ({mode})"]["runs"]["1"][0]["proxy_cpu_ms_per_req"] >= 0
     for t in saved["targets"]:  # a translated pair either ran or carries its error
         assert t["error"] or t["runs"]["1"][0]["requests"] == 3, t["name"]
 
     md = result["markdown"]
-    assert "## Targets" in md and "## Load driver ceiling" in md
+    assert "## Targets" in md and "## Load driver ceiling" in md and "## Against the floor" in md
+    assert "| CPU × floor | p50 × floor | p99 × floor |" in md and "| TTFB × floor |" in md
     for name in targets:
         assert f"| {name} |" in md
     assert md == report.markdown(saved)
+
+
+def test_floor_relays_the_body_to_the_same_path_and_the_stream_as_read(tmp_path):
+    """bench/floor.py: the request body reaches the upstream at the request's path, the answer comes back whole."""
+    from bench.processes import Floor, Upstream
+
+    upstream = Upstream(deltas=8)
+    floor = None
+    try:
+        floor = Floor(upstream.url)
+        for protocol in PROTOCOLS:
+            for stream in (False, True):
+                body = json.dumps(payloads.request(protocol, stream)).encode()
+                req = urllib.request.Request(floor.url + payloads.PATHS[protocol], data=body,
+                                             headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=10) as resp:
+                    got = resp.read()
+                    assert resp.status == 200
+                if stream:
+                    assert payloads.TERMINAL[protocol] in got, protocol
+                else:
+                    expected = payloads.reply(protocol, False, 8)  # its ids are fresh each time
+                    assert json.loads(got).keys() == expected.keys() and len(got) == len(orjson.dumps(expected))
+        missing = urllib.request.Request(floor.url + "/nowhere", data=b"{}")
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(missing, timeout=10)
+        assert err.value.code == 404  # the upstream's status, relayed
+        assert floor.alive() and floor.sample().cpu_s >= 0
+    finally:
+        if floor is not None:
+            floor.close()
+        upstream.close()
