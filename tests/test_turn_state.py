@@ -104,3 +104,51 @@ def test_a_route_with_one_key_gives_no_token(harness, start_proxy, mock):
     mock.enqueue(Turn([Text("ok")]))
     assert ask(client, False) is None
     client.close()
+
+
+@pytest.mark.parametrize("protocol", [CHAT, ANTHROPIC])
+def test_a_websockets_turns_stay_on_one_key(harness, start_proxy, upstreams, protocol):
+    from test_responses_websocket import turn
+
+    mock = upstreams()
+    proxy = start_proxy(pooled(protocol, mock.url))
+    client = proxy.openai()
+    for _ in range(4):
+        mock.enqueue(Turn([Text("ok")]))
+    with client.responses.connect() as conn:
+        for _ in range(4):
+            conn.response.create(model="m", input="run the tests", store=False)
+            assert turn(conn)[-1]["type"] == "response.completed"
+    assert len(mock.requests) == 4 and len({served_by(r) for r in mock.requests}) == 1
+    assert all(HEADER not in r.headers for r in mock.requests)
+    client.close()
+
+
+def test_the_websocket_handshake_gives_the_token_and_keeps_the_clients(harness, start_proxy, upstreams):
+    import base64
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    from harness import CLIENT_KEY
+
+    proxy = start_proxy(pooled(CHAT, upstreams().url))
+    where = urlsplit(proxy.url)
+
+    def handshake(sent: str | None) -> str | None:
+        lines = [f"GET /v1/responses HTTP/1.1", f"Host: {where.netloc}", "Upgrade: websocket", "Connection: Upgrade",
+                 f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}", "Sec-WebSocket-Version: 13",
+                 f"Authorization: Bearer {CLIENT_KEY}"] + ([f"{HEADER}: {sent}"] if sent else [])
+        with socket.create_connection((where.hostname, where.port), timeout=10) as s:
+            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += s.recv(4096)
+        status, *fields = head.split(b"\r\n\r\n")[0].decode().split("\r\n")
+        assert " 101 " in status, status
+        return dict(f.split(": ", 1) for f in fields if ": " in f).get(HEADER) or next(
+            (f.split(": ", 1)[1] for f in fields if f.lower().startswith(HEADER + ":")), None)
+
+    minted = handshake(None)
+    assert minted and minted.startswith("pxts_")
+    assert handshake(minted) == minted  # a reconnect keeps its turn

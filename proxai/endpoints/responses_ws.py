@@ -30,6 +30,7 @@ import engine
 from proxai.http import errors as E
 from proxai.http import ingress, paths, requestid
 from proxai.operations import reload
+from proxai.routing import turn_state
 from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.http.streaming import Outcome
 from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
@@ -194,6 +195,7 @@ class Socket:
         self.turns: asyncio.Queue = asyncio.Queue()
         self.busy = False
         self.closing = False
+        self.turn_state: str | None = None  # the handshake's turn-state token (routing/turn_state.py)
 
     async def serve(self) -> None:
         worker = asyncio.get_running_loop().create_task(self._work())
@@ -243,6 +245,8 @@ class Socket:
         started = time.monotonic()
         info: dict[str, Any] = {"request_id": requestid.mint(), "method": "WEBSOCKET", "path": self.request.path,
                                 "_started": started, "client_protocol": self.protocol}
+        if self.turn_state is not None:
+            info["_turn_state"] = self.turn_state
         if self.client is not None:
             info["_client"] = self.client
         stream_id = event.get("stream_id") if isinstance(event.get("stream_id"), str) else None
@@ -406,9 +410,14 @@ async def handle(request: web.Request) -> web.StreamResponse:
     if not ws.can_prepare(request).ok:
         raise E.InvalidRequest(f"GET {request.path} is the Responses WebSocket endpoint: it needs a WebSocket "
                                "upgrade; create a response with POST")
+    header = proxy.engine.wire.turn_state_header(protocol)
+    token = turn_state.token(request.headers.get(header)) if header else None
+    if token is not None:  # Codex reads a socket's turn-state token off the handshake
+        ws.headers[header] = token
     await ws.prepare(request)
     request[INFO_KEY]["_socket"] = True  # its turns are logged one by one, not the socket
     socket = Socket(proxy, request, protocol, ws)
+    socket.turn_state = token
     sockets = request.app[SOCKETS_KEY]
     sockets.add(socket)
     try:

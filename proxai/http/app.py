@@ -259,7 +259,7 @@ class Proxy:
         conversation = pools.conversation_key(body, self.engine.wire.user_fields(protocol))
         info["_pooled"] = True
         header = self.engine.wire.turn_state_header(protocol)
-        turn = await turn_state.begin(self.resilience.health.store, header, request.headers) if header else None
+        turn = await turn_state.begin(self.resilience.health.store, header, request.headers, info.get("_turn_state")) if header else None
         if turn is not None:  # a Codex turn's requests stay on the key that served its first
             conversation = turn.conversation or conversation
             info.setdefault("_headers", {})[header] = turn.token

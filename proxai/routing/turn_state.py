@@ -7,7 +7,9 @@ providers or fallbacks) a request of a protocol whose descriptor names the heade
 (``headers.turn_state``) and carries none gets a new token in the answer's headers; the
 token's pin, the key that served it, is kept in the state store, and a request that
 carries the token tries that key (and its provider) first, whatever the route's strategy.
-When that key cannot serve and a fallback does, the pin moves to the key that did.
+When that key cannot serve and a fallback does, the pin moves to the key that did. Over
+the Responses WebSocket the handshake gives the token (or keeps the one the client sent)
+and every turn on the socket carries it.
 
 The token is the proxy's own. A token the proxy did not mint pins the same way once a
 request with it has been served; none is sent on to a provider, and a Responses
@@ -55,11 +57,17 @@ class Turn:
             log.warning("turn state pin not recorded (%s)", exc)
 
 
-async def begin(store, header: str, headers) -> Turn:
-    """The request's turn: the token it carries (and that token's pin), or a new token."""
-    sent = headers.get(header)
+def token(sent: str | None) -> str:
+    """The token a client sent when it is one, else a new one."""
+    return sent if sent is not None and _TOKEN.fullmatch(sent) else PREFIX + secrets.token_urlsafe(24)
+
+
+async def begin(store, header: str, headers, socket_token: str | None = None) -> Turn:
+    """The request's turn: the token it carries (a WebSocket's: the one its handshake gave,
+    ``socket_token``) and that token's pin, or a new token."""
+    sent = socket_token or headers.get(header)
     if sent is None or not _TOKEN.fullmatch(sent):
-        return Turn(header, PREFIX + secrets.token_urlsafe(24), None, store)
+        return Turn(header, token(None), None, store)
     try:
         pinned = await store.kv_get(KEY + sent)
     except StateError as exc:
