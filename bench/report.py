@@ -330,7 +330,7 @@ def markdown(result: dict) -> str:
         lines += [f"| {t['target']} | {t['goal']} | {t['measured']} | {t['verdict']} |" for t in targets(result)]
         lines.append("")
         lines += _floor_table(result)
-        lines += _json_table(result) + _stream_table(result, events) + _scaling(result) + _ceiling(result)
+        lines += _json_table(result) + _stream_table(result, events) + _scaling(result) + _published(result) + _ceiling(result)
         lines += _memory(result, proxy)
     if result.get("micro"):
         lines += ["## Engine alone (no network)", "", micro.table(result["micro"]), ""]
@@ -447,6 +447,48 @@ def _scaling(result: dict) -> list[str]:
                   f"N cores about N times that."
                   + (f" Here the second worker shares its CPU with the load driver and the mock upstream, so the "
                      f"measured gain ({_x(gain)}) understates what a second free core gives." if shared else "")]
+    return lines + [""]
+
+
+def _published(result: dict) -> list[str]:
+    """The published gateway method's tables (bench/published.py)."""
+    pub = result.get("published") or {}
+    if not pub.get("latency"):
+        return []
+    lat = {x["name"]: summarize(x["runs"]) for x in pub["latency"]}
+    direct = next((lat[x["name"]] for x in pub["latency"] if x["kind"] == "direct"), None)
+    floor = next((lat[x["name"]] for x in pub["latency"] if x["kind"] == "floor"), None)
+
+    def added(s, key):
+        return _diff(s[key], direct and direct[key]) if s is not direct else None
+
+    lines = [f"## Published method (mock upstream answering after {pub['upstream_latency_ms']:g} ms)", "",
+             f"Added latency at c=1 ({pub['latency_requests']} requests per round, 1 worker; "
+             f"{pub['placements'].get('1', '')}): the case minus direct; × floor = its added latency / the floor's.", "",
+             "| case | p50 ms | p99 ms | added p50 ms | added p99 ms | added p50 × floor | added p99 × floor | errors |",
+             "|---|---:|---:|---:|---:|---:|---:|---|"]
+    for x in pub["latency"]:
+        s = lat[x["name"]]
+        ratio = x["kind"] == "proxy" and floor
+        lines.append(f"| {x['name']} | {_fmt(s['p50'])} | {_fmt(s['p99'])} | "
+                     f"{_fmt(added(s, 'p50'), signed=True)} | {_fmt(added(s, 'p99'), signed=True)} | "
+                     f"{_x(_ratio(added(s, 'p50'), added(floor, 'p50'))) if ratio else '-'} | "
+                     f"{_x(_ratio(added(s, 'p99'), added(floor, 'p99'))) if ratio else '-'} | "
+                     f"{_errors(s)} |")
+    by = {(x["name"], x["workers"]): summarize(x["runs"]) for x in pub["rps"]}
+    floors = {w: s for (name, w), s in by.items() if name.startswith("floor ")}
+    lines += ["", f"Sustained req/s at c={pub['concurrency']}; 2 workers: "
+              f"{pub['placements'].get('2', '')}.", "",
+              "| case | 1 worker req/s | 2 workers req/s | 2 / 1 | × floor (1) | × floor (2) | errors |",
+              "|---|---:|---:|---:|---:|---:|---|"]
+    for name in dict.fromkeys(n for n, _ in by):
+        one, two = by.get((name, 1)), by.get((name, 2))
+        is_floor = name.startswith("floor ")
+        lines.append(f"| {name} | {_fmt(one and one['rps'], 0)} | {_fmt(two and two['rps'], 0)} | "
+                     f"{_x(_ratio(two and two['rps'], one and one['rps']))} | "
+                     f"{'-' if is_floor else _x(_ratio(one and one['rps'], floors.get(1, {}).get('rps')))} | "
+                     f"{'-' if is_floor else _x(_ratio(two and two['rps'], floors.get(2, {}).get('rps')))} | "
+                     f"{(one['errors'] if one else 0) + (two['errors'] if two else 0)} |")
     return lines + [""]
 
 

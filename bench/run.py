@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import micro, payloads, placement, procstat, report
+from bench import micro, payloads, placement, procstat, published, report
 from bench.payloads import ANTHROPIC, PATHS, PROTOCOLS, SHORT, TERMINAL
 from bench.processes import BENCH_KEY, ROOT, Driver, Floor, Proxy, Upstream
 
@@ -151,6 +151,8 @@ def run(opts: argparse.Namespace) -> dict:
         result["calibration_ms"].append(placement.calibrate(where.proxy))
         if opts.scaling and "--workers" not in opts.proxy_args:
             result["scaling"] = scaling(driver, upstream, proxy, groups, workdir, opts)
+        if opts.published:
+            result["published"] = published.run(driver, Target, rotate, workdir, opts, log)
     finally:
         for p in (driver, floor, proxy, upstream):
             if p is not None:
@@ -296,6 +298,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scaling", action=argparse.BooleanOptionalAction, default=True,
                    help=f"also run {', '.join(SCALING_PAIRS)} with 1 worker on one CPU against {SCALING_WORKERS} "
                         f"workers on {SCALING_WORKERS} CPUs (default on)")
+    p.add_argument("--published", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run the published gateway method: added p50/p99 at c=1 and sustained req/s against "
+                        "an upstream answering after --upstream-latency-ms, 1 and 2 workers (default on)")
+    p.add_argument("--upstream-latency-ms", type=float, default=20.0,
+                   help="the published method's upstream latency (default 20)")
+    p.add_argument("--published-concurrency", type=int,
+                   help="concurrency of the published method's req/s (default 64, quick 16)")
+    p.add_argument("--published-requests", type=int,
+                   help="requests per round of the published method's latency at c=1 (default 200, quick 40)")
     p.add_argument("--micro-seconds", type=float, help="time per micro measurement (default 0.3, quick 0.1)")
     p.add_argument("--no-micro", action="store_true", help="skip the engine micro benchmarks")
     p.add_argument("--proxy-args", default="", help="extra arguments for server.py, e.g. '--workers 2'")
@@ -316,6 +327,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     opts.concurrency = opts.concurrency or ([1, 16] if quick else [1, 16, 64])
     opts.seconds = opts.seconds or (0.4 if quick else 0.75)
     opts.micro_seconds = opts.micro_seconds or (0.1 if quick else 0.3)
+    opts.published_concurrency = opts.published_concurrency or (16 if quick else 64)
+    opts.published_requests = opts.published_requests or (40 if quick else 200)
     bad = [m for m in opts.modes if m not in MODES]
     if bad:
         parser().error(f"unknown mode {bad[0]!r}; use json and/or stream")

@@ -37,6 +37,7 @@ def test_micro_benchmarks_measure_every_pair_or_say_why_not():
 def test_orchestrator_runs_every_target_and_writes_results(tmp_path):
     out = tmp_path / "bench.json"
     opts = run.options(["--rounds", "1", "--concurrency", "1", "--requests", "3", "--seconds", "5",
+                        "--published-requests", "3", "--published-concurrency", "2",
                         "--no-micro", "--deltas", "8", "--proxy-log-level", "warning", "--silent", "--json", str(out)])
     result = run.run(opts)
 
@@ -68,6 +69,17 @@ def test_orchestrator_runs_every_target_and_writes_results(tmp_path):
     for name in targets:
         assert f"| {name} |" in md
     assert md == report.markdown(saved)
+
+    # the published method: its own upstream answering after 20 ms, 1 and 2 workers, the floor alongside
+    pub = saved["published"]
+    assert pub["upstream_latency_ms"] == 20
+    for case in pub["latency"]:
+        (res,) = case["runs"]
+        assert res["requests"] == 3 and res["errors"] == 0, case["name"]
+        assert res["latency_ms"]["p50"] >= 20, case["name"]  # the upstream's wait is in every answer
+    assert {(c["kind"], c["workers"]) for c in pub["rps"]} == {(k, w) for k in ("floor", "proxy") for w in (1, 2)}
+    assert all(c["runs"][0]["requests"] == 3 and c["runs"][0]["errors"] == 0 for c in pub["rps"])
+    assert "## Published method (mock upstream answering after 20 ms)" in md and "| 2 / 1 |" in md
 
 
 def test_floor_relays_the_body_to_the_same_path_and_the_stream_as_read(tmp_path):
