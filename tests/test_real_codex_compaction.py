@@ -171,13 +171,8 @@ def test_codex_compacts_remotely(start_proxy, harness, mock, tmp_path, provider_
 
 # Codex compresses only signed in with ChatGPT toward a provider named OpenAI (core/src/client.rs,
 # responses_request_compression), and so signed in it sends a `configuration_update` input item
-# (the turn's reasoning effort) that the proxy refuses toward a translated provider.
-CONFIGURATION_UPDATE = pytest.mark.xfail(strict=True, reason="configuration_update input item is a 400 toward "
-                                         "translated providers (not mapped yet)")
-
-
-@pytest.mark.parametrize("provider_protocol", [*(pytest.param(p, marks=CONFIGURATION_UPDATE) for p in PROVIDERS),
-                                               "openai_responses"])
+# (the turn's reasoning effort), whose effort the proxy makes the request's toward a translated provider.
+@pytest.mark.parametrize("provider_protocol", [*PROVIDERS, "openai_responses"])
 def test_codex_compresses_its_http_requests(start_proxy, harness, mock, tmp_path, monkeypatch, provider_protocol):
     """Without the WebSocket every turn is a POST /v1/responses, its body zstd-compressed; what
     reaches the provider is plain JSON."""
