@@ -410,6 +410,10 @@ class StreamTranslator:
 
     def _emit(self, events: list) -> list[bytes]:
         out: list[bytes] = []
+        if self.restorer is None and getattr(self.ctx, "tool_calls", None):
+            # A later provider call of the same answer (a server tool's round) may send
+            # tools the first did not (the ones a tool search loaded).
+            self.restorer = StreamRestorer(self.ctx.tool_calls)
         if self.restorer is not None:
             events = [r for ev in events for r in self.restorer.push(ev)]
         model = getattr(self.ctx, "response_model", None)

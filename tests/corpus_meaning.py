@@ -282,6 +282,7 @@ def _anthropic_stream(events) -> Meaning:
 class RequestMeaning:
     texts: list = field(default_factory=list)  # every text the model reads (tool results too), in order
     tools: list = field(default_factory=list)  # function tool names
+    deferred: set = field(default_factory=set)  # of those, the ones declared with defer_loading
     calls: list = field(default_factory=list)  # history tool calls: (name, arguments)
     results: int = 0  # tool results in the history
 
@@ -323,11 +324,15 @@ def _responses_request(r: RequestMeaning, body: dict) -> None:
         if kind == "message":
             r.texts += _texts(item.get("content"))
         elif kind == "function_call":
-            r.calls.append((item.get("name"), _args(item.get("arguments"))))
+            name = item.get("name")
+            if item.get("namespace"):
+                name = _responses_tool_names([{"type": "function", "name": name}], item["namespace"])[0]
+            r.calls.append((name, _args(item.get("arguments"))))
         elif kind == "function_call_output":
             r.results += 1
             r.texts += _texts(item.get("output"))
     r.tools = _responses_tool_names(body.get("tools") or ())
+    r.deferred = set(_responses_tool_names(body.get("tools") or (), deferred=True))
     # An additional_tools item makes its tools available from that point of the
     # conversation: toward another protocol they are declared with the request's. One
     # it repeats (a deferred tool now loaded) is the same tool.
@@ -336,15 +341,16 @@ def _responses_request(r: RequestMeaning, body: dict) -> None:
             r.tools += [n for n in _responses_tool_names(item.get("tools") or ()) if n not in r.tools]
 
 
-def _responses_tool_names(tools, namespace=None) -> list[str]:
+def _responses_tool_names(tools, namespace=None, deferred=False) -> list[str]:
     """Function and free-form tools; a namespace's tools as `<namespace>__<name>` (a
     namespace already ending in `_`, like Codex's `mcp__server__`, joined as is), the
-    only form the other protocols have. Hosted tools have no counterpart elsewhere."""
+    only form the other protocols have. Hosted tools have no counterpart elsewhere.
+    `deferred`: only those declared with defer_loading."""
     names = []
     for t in tools:
         if t.get("type") == "namespace":
-            names += _responses_tool_names(t.get("tools") or (), t.get("name"))
-        elif t.get("type") in ("function", "custom"):
+            names += _responses_tool_names(t.get("tools") or (), t.get("name"), deferred)
+        elif t.get("type") in ("function", "custom") and (not deferred or t.get("defer_loading")):
             name = t.get("name") or ""
             if namespace:
                 name = re.sub(r"[^A-Za-z0-9_-]", "_", namespace + ("" if namespace.endswith("_") else "__") + name)
@@ -366,3 +372,4 @@ def _anthropic_request(r: RequestMeaning, body: dict) -> None:
                 r.results += 1
                 r.texts += _texts(b.get("content"))
     r.tools = [t.get("name") for t in body.get("tools") or () if t.get("type") in (None, "custom")]
+    r.deferred = {t.get("name") for t in body.get("tools") or () if t.get("type") in (None, "custom") and t.get("defer_loading")}

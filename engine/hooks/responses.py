@@ -142,7 +142,50 @@ def phases(scope, items=None):
     return out
 
 
+# --- tool search (emulated, engine/hooks/tool_search.py) --------------------------------
+
+
+def tool_search_names(scope, tools=None):
+    """The names a tool_search_output loaded, as the proxy's search finds them (a
+    namespace's tools by their flattened names)."""
+    from .fit import wire_name
+
+    names = []
+    for tool in tools or ():
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            continue
+        if tool.get("type") == "namespace":
+            names.extend(wire_name(tool["name"], t["name"]) for t in tool.get("tools") or ()
+                         if isinstance(t, dict) and isinstance(t.get("name"), str))
+        else:
+            names.append(tool["name"])
+    return names
+
+
+def tool_search_tools(scope, names=None):
+    """tool_search_output.tools: the client's own definitions of the tools a search the
+    proxy ran loaded, a namespace's under the namespace (its other tools left out)."""
+    from .fit import wire_name
+
+    wanted = set(names or ())
+    body = getattr(scope.ctx, "client_body", None) or {}
+    out = []
+    for tool in body.get("tools") or ():
+        if not isinstance(tool, dict):
+            continue
+        if tool.get("type") == "namespace":
+            found = [t for t in tool.get("tools") or () if isinstance(t, dict) and wire_name(tool.get("name"), t.get("name")) in wanted]
+            if found:
+                out.append({"type": "namespace", "name": tool.get("name"), "description": tool.get("description") or "",
+                            "tools": found})
+        elif tool.get("name") in wanted:
+            out.append(tool)
+    return out
+
+
 HOOKS = {
+    "responses.tool_search_names": tool_search_names,
+    "responses.tool_search_tools": tool_search_tools,
     "responses.phases": phases,
     "responses.configuration": configuration,
     "responses.group_turns": group_turns,

@@ -45,20 +45,30 @@ def _lookup(tables, name, key):
     return table.lookup(key) if table is not None and isinstance(key, str) else None
 
 
+def key(tool: dict):
+    """The name a deferred tool is searched, loaded and called by: a namespace's tool by
+    the flattened name the provider sees (fit.wire_name), others by their name."""
+    from .fit import wire_name
+
+    name = tool.get("name")
+    return wire_name(tool["namespace"], name) if tool.get("namespace") and isinstance(name, str) else name
+
+
 def fit(ir: dict, ctx, tables) -> dict:
-    if _lookup(tables, NATIVE_TABLE, ctx.provider_protocol) is True:
-        return ir
+    if _lookup(tables, NATIVE_TABLE, ctx.provider_protocol) is True and ctx.provider_protocol == ctx.client_protocol:
+        return ir  # the provider runs the client's own search
     tools = ir.get("tools") if isinstance(ir.get("tools"), list) else []
     search_at, variant = None, None
     for i, tool in enumerate(tools):
         if isinstance(tool, dict) and tool.get("type") == "hosted":
-            variant = _lookup(tables, CLIENT_TABLE, tool.get("hosted_type"))
+            variant = _lookup(tables, CLIENT_TABLE, tool.get("hosted_type")) if tool.get("execution") != "client" else None
             if variant:
                 search_at = i
                 break
     deferred = [t for t in tools if isinstance(t, dict) and t.get("defer_loading") and t.get("type") != "hosted"]
     policy = getattr(ctx, "tool_search", "emulate")
-    if policy == "emulate" and _lookup(tables, PROTOCOL_TABLE, ctx.client_protocol) is not True:
+    follows = _lookup(tables, PROTOCOL_TABLE, ctx.client_protocol)
+    if policy == "emulate" and not (follows is True or (follows == "with_search" and search_at is not None)):
         policy = "eager"  # a client whose loading of deferred tools the proxy does not follow
     if policy == "reject" and (search_at is not None or deferred):
         tool = tools[search_at] if search_at is not None else deferred[0]
@@ -76,20 +86,38 @@ def fit(ir: dict, ctx, tables) -> dict:
     for i, tool in enumerate(tools):
         if i == search_at:
             if spec:
-                out.append({"type": "function", "name": proxy_name, "description": spec.get("description"),
+                out.append({"type": "function", "name": proxy_name, "description": description(spec, deferred, tables),
                             "parameters": spec.get("parameters"), "strict": False, "_path": tool.get("_path")})
                 ctx.server_tools[proxy_name] = {
                     "kind": "tool_search", "search": variant, "client_name": tool.get("name") or proxy_name,
-                    "catalog": deferred}
+                    "catalog": [{**t, "name": key(t), "short_name": t.get("name")} for t in deferred]}
             continue
-        if isinstance(tool, dict) and tool.get("defer_loading") and tool.get("name") not in loaded:
+        if isinstance(tool, dict) and tool.get("defer_loading") and key(tool) not in loaded:
             continue
         out.append(tool)
-    held = sum(1 for t in deferred if t.get("name") not in loaded)
+    held = sum(1 for t in deferred if key(t) not in loaded)
     if held:
         how = "the proxy's search loads them" if search_at is not None else "a tool_reference loads them"
         ctx.trace(f"{held} deferred tools not sent until {how} (tool_search: emulate)")
     return {**ir, "tools": out}
+
+
+def description(spec: dict, deferred: list, tables) -> str:
+    """The proxy search tool's description; a search by path (a Responses client's
+    tool_search) lists what can be loaded, as OpenAI shows its model: each namespace and
+    each deferred tool outside one, by name and description."""
+    text = spec.get("description") or ""
+    if not spec.get("lists_catalog"):
+        return text
+    line = setting(tables, "catalog_line") or "- {name}: {description}"
+    entries: dict = {}
+    for tool in deferred:
+        if tool.get("namespace"):
+            entries.setdefault(tool["namespace"], tool.get("namespace_description") or "")
+        else:
+            entries.setdefault(key(tool), tool.get("description") or "")
+    listing = "\n".join(line.format(name=name, description=about.strip()) for name, about in entries.items())
+    return f"{text}\n\n{listing}" if listing else text
 
 
 def _replay(messages: list, proxy_name: str | None, tables):
@@ -98,6 +126,11 @@ def _replay(messages: list, proxy_name: str | None, tables):
     loaded: set = set()
     changed = False
     out: list = []
+    messages = _paired(messages)
+    # A Responses client's search call and its output are items of their own: the result
+    # may be in another message than its call.
+    results = {p.get("call_id"): p for msg in messages if isinstance(msg, dict) for p in msg.get("content") or ()
+               if isinstance(p, dict) and p.get("type") == "tool_search_result"}
     for msg in messages:
         if not isinstance(msg, dict):
             out.append(msg)
@@ -114,13 +147,44 @@ def _replay(messages: list, proxy_name: str | None, tables):
             out.append(msg)
             continue
         changed = True
-        out.extend(_split(msg, proxy_name, tables))
+        out.extend(_split(msg, proxy_name, tables, results))
     return (out if changed else None), loaded
 
 
-def _split(msg: dict, proxy_name: str | None, tables) -> list:
+def _paired(messages: list) -> list:
+    """Searches whose call and result carry no common id (OpenAI's own server-run search
+    has no call_id): each result goes with the earliest call before it still without one,
+    and a call without any id gets one, as the provider's tool call needs."""
+    calls = [p for m in messages if isinstance(m, dict) for p in m.get("content") or ()
+             if isinstance(p, dict) and p.get("type") == "server_tool_call"]
+    if all(p.get("id") for p in calls) and {p.get("id") for p in calls} >= {
+            p.get("call_id") for m in messages if isinstance(m, dict) for p in m.get("content") or ()
+            if isinstance(p, dict) and p.get("type") == "tool_search_result"}:
+        return messages
+    out, pending, n = [], [], 0
+    for msg in messages:
+        if not isinstance(msg, dict) or not isinstance(msg.get("content"), list):
+            out.append(msg)
+            continue
+        parts = []
+        for p in msg["content"]:
+            if isinstance(p, dict) and p.get("type") == "server_tool_call":
+                if not p.get("id"):
+                    n += 1
+                    p = {**p, "id": f"tool_search_{n}"}
+                pending.append(p["id"])
+            elif isinstance(p, dict) and p.get("type") == "tool_search_result":
+                if p.get("call_id") in pending:
+                    pending.remove(p["call_id"])
+                elif pending:
+                    p = {**p, "call_id": pending.pop(0)}
+            parts.append(p)
+        out.append({**msg, "content": parts})
+    return out
+
+
+def _split(msg: dict, proxy_name: str | None, tables, results: dict) -> list:
     """assistant [A, search call, search result, B] -> assistant [A, call], tool [result], assistant [B]."""
-    results = {p.get("call_id"): p for p in msg["content"] if isinstance(p, dict) and p.get("type") == "tool_search_result"}
     turns, parts = [], []
     for p in msg["content"]:
         kind = p.get("type") if isinstance(p, dict) else None
@@ -169,6 +233,9 @@ def search(variant: str, arguments: dict, catalog: list, tables) -> list[str]:
     ceiling = int(setting(tables, "max_results") or 10)
     limit = arguments.get("limit")
     limit = min(limit, ceiling) if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else default
+    if variant == "names":
+        return name_search(arguments.get("queries", arguments.get("paths")), catalog, limit,
+                           float(setting(tables, "bm25_k1") or 1.2), float(setting(tables, "bm25_b") or 0.75))
     if variant == "regex":
         return regex_search(arguments.get("pattern", arguments.get("query")), catalog, limit,
                             int(setting(tables, "max_pattern_length") or 200))
@@ -187,6 +254,25 @@ def searchable(tool: dict) -> list[str]:
             if isinstance(schema, dict) and isinstance(schema.get("description"), str):
                 out.append(schema["description"])
     return out
+
+
+def name_search(queries, catalog: list, limit: int, k1: float, b: float) -> list[str]:
+    """OpenAI's tool search: each query (its ``queries``, or the older ``paths``) that names
+    a namespace loads the namespace's deferred tools, one that names a tool (flattened, or
+    ``namespace.tool``) that tool; any other query is ranked by BM25 as a description of
+    what is wanted. Found tools in the order found, each once."""
+    if isinstance(queries, str):
+        queries = [queries]
+    if not isinstance(queries, list) or not queries or not all(isinstance(q, str) and q.strip() for q in queries):
+        raise SearchError("queries must be a non-empty list of namespace or tool names, or descriptions")
+    found: list = []
+    for query in queries:
+        named = [t["name"] for t in catalog
+                 if query in (t.get("name"), t.get("namespace"), f"{t.get('namespace')}.{t.get('short_name')}")]
+        for name in named or bm25_search(query, catalog, limit, k1, b):
+            if name not in found:
+                found.append(name)
+    return found
 
 
 def regex_search(pattern, catalog: list, limit: int, max_length: int) -> list[str]:
