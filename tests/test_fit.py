@@ -28,9 +28,11 @@ def test_capability_defaults_and_route_overrides():
                         {"reasoning": "forward", "max_output_tokens": 4096}), {})
     router = Router(cfg)
     assert model_capabilities(router.resolve("gpt-4o-mini", "anthropic_messages")) == {
-        "hosted_tools": "reject", "tool_search": "emulate", "reasoning": "forward", "max_output_tokens": 4096}
+        "hosted_tools": "reject", "tool_search": "emulate", "reasoning": "forward", "max_output_tokens": 4096,
+        "mid_conversation_system": None}
     assert model_capabilities(router.resolve("other", "anthropic_messages")) == {
-        "hosted_tools": "reject", "tool_search": "emulate", "reasoning": "drop", "max_output_tokens": 16384}
+        "hosted_tools": "reject", "tool_search": "emulate", "reasoning": "drop", "max_output_tokens": 16384,
+        "mid_conversation_system": None}
 
 
 @pytest.mark.parametrize("where,key,value,message", [
