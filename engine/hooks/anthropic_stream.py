@@ -24,13 +24,15 @@ class BlocksIn:
         if entry is None or entry["kind"] != "tool_call":
             raise UpstreamProtocolError("input_json_delta for a block that is not an open tool_use block")
         if delta:
-            entry["arguments"] += delta
+            entry.setdefault("chunks", []).append(delta)  # joined at the stop: += on a dict entry copies it all
             entry["streamed"] = True
 
     def stop(self, index=None) -> dict | None:
         """The stopping block ``{kind, streamed}`` (null when never opened); a tool call's
         accumulated arguments must be a JSON object."""
         entry = self.blocks.get(index)
+        if entry is not None and "chunks" in entry:
+            entry["arguments"] = "".join(entry.pop("chunks"))
         if entry is not None and entry["kind"] == "tool_call" and entry["arguments"].strip():
             try:
                 value = orjson.loads(entry["arguments"])
@@ -85,7 +87,7 @@ class BlocksOut:
     def delta(self, index=None, delta=None) -> dict:
         entry = self._entry(index)
         if entry["kind"] == "reasoning" and delta:
-            entry["text"] += delta
+            entry.setdefault("chunks", []).append(delta)  # joined into "text" at the close
         self._note_text(entry["kind"], delta)
         return entry
 
@@ -97,6 +99,8 @@ class BlocksOut:
         entry = self.blocks.pop(index, None)
         if entry is None:
             raise UpstreamProtocolError(f"block_stop for block {index} that is not open")
+        if "chunks" in entry:
+            entry["text"] += "".join(entry.pop("chunks"))
         return entry
 
     def seen(self) -> dict:

@@ -123,7 +123,7 @@ class Blocks:
     def _new(self, kind) -> int:
         index = self.next
         self.next += 1
-        self.blocks[index] = {"kind": kind, "args": ""}
+        self.blocks[index] = {"kind": kind, "args": []}  # fragments, joined at the end (+= copies it all)
         return index
 
     def text(self, kind=None) -> dict:
@@ -170,7 +170,7 @@ class Blocks:
             else:
                 renamed = True
         if isinstance(arguments, str):
-            self.blocks[block]["args"] += arguments
+            self.blocks[block]["args"].append(arguments)
         return {"closed": closed, "new": new, "index": block, "repeat": repeat, "renamed": renamed}
 
     def close_all(self) -> list:
@@ -182,7 +182,7 @@ class Blocks:
             block = self.blocks[index]
             item = {"index": index, "kind": block["kind"], "empty": False, "invalid": None}
             if block["kind"] == "tool_call":
-                args = block["args"]
+                args = "".join(block["args"])
                 if not args.strip():
                     item["empty"] = True
                 else:

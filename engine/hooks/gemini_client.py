@@ -328,7 +328,7 @@ class Blocks:
         if block is None:
             return None
         if isinstance(delta, str):
-            block["text"] += delta
+            block.setdefault("chunks", []).append(delta)  # joined at the stop: += on a dict entry copies it all
         return block["kind"]
 
     def opaque(self, index=None, opaque=None) -> None:
@@ -340,6 +340,8 @@ class Blocks:
         """The closed block ({kind, id, name, text, opaque}), or null if it was never started.
         A reasoning block's state is held for the next part that carries it (step_signature)."""
         block = self.open.pop(index, None)
+        if block is not None and "chunks" in block:
+            block["text"] += "".join(block.pop("chunks"))
         if block is not None and block["opaque"] and block["kind"] in ("reasoning", "redacted_reasoning"):
             self.pending.append({"type": "reasoning", "opaque": block["opaque"],
                                  "text": block["text"] if block["kind"] == "reasoning" else None})

@@ -42,7 +42,8 @@ class ItemsIn:
     def _new(self, key, kind, **extra) -> dict:
         index = self.next_index
         self.next_index += 1
-        block = {"index": index, "kind": kind, "open": True, "deltas": 0, "text": "", **extra}
+        # "chunks": the deltas, joined when read (text += delta on a dict entry copies the whole text each time)
+        block = {"index": index, "kind": kind, "open": True, "deltas": 0, "chunks": [], **extra}
         self.blocks[key] = block
         self.order.append(key)
         return block
@@ -78,7 +79,7 @@ class ItemsIn:
         if not isinstance(delta, str) or delta == "":
             return out
         block["deltas"] += 1
-        block["text"] += delta
+        block["chunks"].append(delta)
         out.append({"type": "block_delta", "index": block["index"], "kind": block["kind"], "delta": delta})
         return out
 
@@ -87,7 +88,7 @@ class ItemsIn:
         otherwise the accumulated value is authoritative and a mismatch is only traced."""
         block = self.blocks.get(str(key))
         if block is not None and block["deltas"]:
-            if isinstance(text, str) and text != block["text"]:
+            if isinstance(text, str) and text != _joined(block):
                 self.ctx.trace("upstream done event disagrees with the streamed deltas; deltas kept")
             return []
         return self.delta(key, kind, text)
@@ -99,10 +100,10 @@ class ItemsIn:
         out = []
         if block["kind"] == "tool_call" and not block.get("custom"):  # a free-form input is any text
             if not block["deltas"]:
-                block["text"] = "{}"
+                block["chunks"] = ["{}"]
                 out.append({"type": "block_delta", "index": block["index"], "kind": "tool_call", "delta": "{}"})
             try:
-                value = orjson.loads(block["text"])
+                value = orjson.loads(_joined(block))
             except orjson.JSONDecodeError:
                 value = None
             if not isinstance(value, dict):
@@ -271,17 +272,21 @@ class ItemsOut:
         return blk
 
     def block(self, index=None) -> dict:
-        """The record of IR block ``index``."""
+        """The record of IR block ``index``, its ``text`` whole."""
         blk = self.blocks.get(str(index))
         if blk is None:
             raise UpstreamProtocolError(f"IR block {index} was never started")
+        if "chunks" in blk:
+            blk["text"] += "".join(blk.pop("chunks"))
         return blk
 
     def delta(self, index=None, delta=None) -> dict:
         """Accumulate a block's text (the done events and the final snapshot repeat it); its record."""
-        blk = self.block(index)
+        blk = self.blocks.get(str(index))
+        if blk is None:
+            raise UpstreamProtocolError(f"IR block {index} was never started")
         if isinstance(delta, str):
-            blk["text"] += delta
+            blk.setdefault("chunks", []).append(delta)  # joined into "text" by block(), when the rules read it
             if blk["kind"] == "text" and delta:
                 self.text_seen_ = True
         return blk
@@ -328,3 +333,11 @@ OBJECTS = {
     "responses.items_out": ItemsOut,
     "responses.sequence": Sequence,
 }
+
+
+def _joined(block: dict) -> str:
+    """A decoded block's streamed text, its chunks collapsed to one."""
+    chunks = block["chunks"]
+    if len(chunks) > 1:
+        chunks[:] = ["".join(chunks)]
+    return chunks[0] if chunks else ""
