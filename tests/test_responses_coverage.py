@@ -266,6 +266,14 @@ def _socket(extra: dict, param: str | None, warm_up: bool = False):
     return probe
 
 
+def _configuration_update(env: Env) -> Seen:
+    env.mock.enqueue(Turn([Text("Hello.")]))
+    mark = env.mark()
+    status, body = env.call("POST", "/v1/responses", json={"model": env.model, "store": False, "input": [
+        {"role": "user", "content": "hi"}, {"type": "configuration_update", "reasoning": {"effort": "low"}}]})
+    return Seen(status, body, any("configuration_update" in json.dumps(r.body) for r in env.since(mark)))
+
+
 PROBES = {
     ("GET /v1/responses", ""): _socket({}, None),
     ("GET /v1/responses", "previous_response_id, store: false"): _socket({"store": False}, "previous_response_id"),
@@ -279,6 +287,7 @@ PROBES = {
     ("POST /v1/responses", "context_management"): _with_param("context_management", [{"type": "compaction"}]),
     ("POST /v1/responses", "input: compaction_trigger"): _compaction_trigger,
     ("POST /v1/responses", "input: compaction"): _compaction_item,
+    ("POST /v1/responses", "input: configuration_update"): _configuration_update,
     ("POST /v1/responses/compact", ""): _compact,
     ("POST /v1/responses/input_tokens", ""): _input_tokens,
     ("GET /v1/responses/{response_id}", ""): _stored("GET"),
