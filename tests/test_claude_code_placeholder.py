@@ -8,6 +8,8 @@ streaming and not; the tool as Claude Code 2.1.328 builds it.
 
 from __future__ import annotations
 
+import time
+
 import anthropic
 import pytest
 
@@ -53,8 +55,15 @@ def ask(server, model: str, stream: bool, request_id: str, **extra) -> None:
         assert client.messages.create(**args).content[0].text == "ok"
 
 
-def notes(server, request_id: str) -> list[str]:
-    return [r.get("msg", "") for r in server.records() if r.get("request_id") == request_id]
+def notes(server, request_id: str, wait: float = 5.0) -> list[str]:
+    """The request's log messages, once its request line is written: a stream ends on the
+    server just after the client has read its last event."""
+    deadline = time.monotonic() + wait
+    while True:
+        records = [r for r in server.records() if r.get("request_id") == request_id]
+        if any(r.get("logger") == "proxai.request" for r in records) or time.monotonic() > deadline:
+            return [r.get("msg", "") for r in records]
+        time.sleep(0.05)
 
 
 @STREAMS
