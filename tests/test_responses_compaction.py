@@ -17,7 +17,7 @@ from openai.types.responses import ResponseCompactionItem
 
 from gemini_helpers import gemini_config
 from harness import CLIENT_KEY
-from proxai.mock import Json, Text, Turn, Usage
+from proxai.mock import Error, Json, Text, Turn, Usage
 from test_open_responses_compliance import EVENTS, RESOURCE, schema_errors
 
 TRANSLATED = ["chat", "anthropic", "gemini"]
@@ -301,4 +301,18 @@ def test_compaction_model_writes_the_summary(harness, start_proxy, mock, writer,
     client.responses.create(model=model("anthropic"), store=False,
                             input=[compacted.output[1].model_dump(exclude_none=True), {"role": "user", "content": "go on"}])
     assert [r.path for r in mock.requests] == ["/v1/messages"] and SUMMARY in sent(mock)
+    client.close()
+
+
+def test_responses_compact_on_a_key_pool_goes_on_with_the_next_key(harness, start_proxy, mock):
+    doc = gemini_config(harness.mock_url)
+    chat = doc["providers"]["chat"]
+    chat.pop("api_key", None)
+    chat["api_keys"] = ["sk-compact-A-SECRET", "sk-compact-B-SECRET"]
+    client = start_proxy(doc).openai()
+    mock.enqueue(Error(429, headers={"Retry-After": "30"}, message="rate limited"), summary_turn())
+    compacted = client.responses.compact(model=model("chat"), input=HISTORY)
+    the_compaction_item(compacted.output[1:])
+    keys = [r.headers["authorization"] for r in mock.requests]
+    assert len(keys) == 2 and keys[0] != keys[1]  # the rested key, then the other one
     client.close()

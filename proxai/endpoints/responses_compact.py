@@ -9,6 +9,8 @@ the summary in the continuation envelope.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from aiohttp import web
 
 from engine.wire import Target
@@ -46,7 +48,20 @@ async def compact(proxy, request: web.Request, info: dict, raw: bytes) -> web.St
     model = body["model"]
     info.update(model=model, stream=False)
     match = proxy.route(model, RESPONSES, info)
-    provider = match.provider
+    plan = proxy.resilience.pools.plan(match)
+    if plan is None:  # one key, no fallbacks
+        return await _compact_on(proxy, request, info, body, raw, match)
+
+    async def attempt(provider, upstream_model: str) -> web.StreamResponse:  # a key pool, fallbacks
+        target = dataclasses.replace(match, provider=provider, upstream_model=upstream_model)
+        return await _compact_on(proxy, request, info, dict(body), raw, target)
+
+    info["_pooled"] = True
+    return await proxy.resilience.serve(plan, info, None, attempt)
+
+
+async def _compact_on(proxy, request: web.Request, info: dict, body: dict, raw: bytes, match) -> web.StreamResponse:
+    model, provider = body["model"], match.provider
     if provider.protocol == RESPONSES:  # the provider compacts (the same protocol: passed through)
         if match.upstream_model != model:
             body["model"] = match.upstream_model
