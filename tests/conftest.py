@@ -178,7 +178,7 @@ SLOW_MODULES = frozenset({
     "test_hardening_round3.py", "test_client_keys.py",
     "test_state_processes.py", "test_readiness_degraded.py", "test_resilience_processes.py", "test_bench_faults.py", "test_bench_cache_smoke.py",
     "test_inspector_browser.py",  # headless Chromium
-    "test_real_clients.py", "test_real_codex_websocket.py",  # the real coding-agent CLIs
+    "test_real_clients.py", "test_real_codex_websocket.py", "test_real_claude_code_mcp.py",  # the real coding-agent CLIs
     "test_snippets.py",  # every code block of the README and docs/, each in a process of its own
     "test_corpus_fidelity.py", "test_corpus_replay_e2e.py",  # every recorded item toward every protocol
 })
