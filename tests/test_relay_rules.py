@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import engine
-from proxai.http.relay import SKIP, SKIP_REPEATS, Relay, relay_table_name
+from proxai.http.relay import FRAGMENTS, SKIP, SKIP_REPEATS, Relay, relay_table_name
 from proxai.http.sse import SSEEvent, SSEParser
 from proxai.http.streaming import Outcome
 
@@ -54,7 +54,7 @@ def _run(eng, protocol: str, steps: list, decode_all: bool) -> list:
     relay = Relay(protocol, eng, engine.Context(client_protocol=protocol, provider_protocol=protocol,
                                                 provider_name="p", client_body={}))
     if decode_all:
-        relay._plan = {k: v for k, v in relay._plan.items() if v not in (SKIP, SKIP_REPEATS)}
+        relay._plan = {k: v for k, v in relay._plan.items() if v not in (SKIP, SKIP_REPEATS, FRAGMENTS)}
     seen = []
     for kind, item in steps:
         if kind == "event":
@@ -86,7 +86,41 @@ def test_relay_table_names_events_the_decoder_knows(eng, protocol):
     decoder = eng.streams[("stream.decode", protocol)]
     assert table.default == "decode"
     for key, plan in table.map.items():
-        assert plan in ("decode", "skip", "skip_repeats", "end"), key
+        assert plan in ("decode", "skip", "skip_repeats", "fragments", "end"), key
         if decoder.split is None:  # Chat's keys are the split's sub-events (openai_chat_completions.events)
             assert key in decoder.on, f"{key} is not an event of {decoder.file}"
     assert "end" in table.map.values()
+
+
+def test_chat_tool_argument_fragments_are_decoded_once_per_call(eng):
+    """The `fragments` plan: a call's later argument fragments are held and decoded as one."""
+    protocol = "openai_chat_completions"
+    relay = Relay(protocol, eng, engine.Context(client_protocol=protocol, provider_protocol=protocol,
+                                                provider_name="p", client_body={}))
+    handled = []
+    handle = relay.decoder.handle
+    relay.decoder.handle = lambda key, sub: handled.append((key, sub.get("arguments"))) or handle(key, sub)
+
+    def chunk(delta=None, finish=None):
+        return SSEEvent(None, json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                                          "choices": [{"index": 0, "delta": delta or {}, "finish_reason": finish}]}))
+
+    def call(index, arguments, **start):
+        fn = {"arguments": arguments, **({"name": start["name"]} if start else {})}
+        return {"tool_calls": [{"index": index, **({"id": start["id"], "type": "function"} if start else {}),
+                                "function": fn}]}
+
+    events = [chunk(call(0, "", id="a", name="f")), chunk(call(1, "", id="b", name="g"))]
+    for i in range(20):  # interleaved, as the bench's upstream sends them
+        events += [chunk(call(0, '{"x": ' if i == 0 else "1" if i < 19 else "1}")),
+                   chunk(call(1, '{"y": ' if i == 0 else "2" if i < 19 else "2}"))]
+    events += [chunk(finish="tool_calls"), SSEEvent(None, "[DONE]")]
+    states = []
+    for e in events:
+        relay.feed(e)
+        states.append(relay.in_tool_arguments)
+    assert relay.outcome is Outcome.COMPLETE and relay.stop == "tool_use"
+    assert states[:-2] == [True] * (len(events) - 2) and states[-2:] == [False, False]
+    calls = [args for key, args in handled if key == "tool_call"]
+    assert calls == ["", "", '{"x": ' + "1" * 19 + "}", '{"y": ' + "2" * 19 + "}"]
+    assert relay.objections == 0  # the rules saw whole, valid arguments

@@ -13,7 +13,9 @@ stream runs, and acts on what they make of it:
 
 Which events are decoded comes from the table `<protocol>.events->relay`
 (rules/tables/relay.yaml): `skip` events (content deltas, the bulk of a stream) are only
-checked to be JSON objects, `skip_repeats` events after the first of a run; `end` events complete the
+checked to be JSON objects, `skip_repeats` events after the first of a run; `fragments` sub-events (Chat tool-call argument fragments) are decoded once per
+`index`: the later ones of the same index, with no `id` or `name`, are held and decoded as
+one, their `arguments` joined, before the next sub-event that is decoded; `end` events complete the
 stream whatever the rules make of them (a pass-through client reads the provider's
 stream itself, so the rules' judgement of its content, theirs to make when translating,
 is only noted at DEBUG here).
@@ -36,7 +38,7 @@ from proxai.http.streaming import RULE_ERROR_OUTCOMES, Outcome
 
 log = logging.getLogger("proxai.stream")
 
-DECODE, SKIP, SKIP_REPEATS, END = "decode", "skip", "skip_repeats", "end"
+DECODE, SKIP, SKIP_REPEATS, FRAGMENTS, END = "decode", "skip", "skip_repeats", "fragments", "end"
 
 
 def relay_table_name(protocol: str) -> str:
@@ -62,6 +64,8 @@ class Relay:
         # A decoder that cuts one payload into sub-events (Chat) is filtered per sub-event.
         self._splits = self.decoder.split is not None
         self._last: str | None = None  # the key of the last event decoded
+        self._opened: set = set()  # (key, index) of the `fragments` sub-events decoded
+        self._held: dict = {}  # (key, index) -> [first held sub-event, its arguments and the later ones']
         self.objections = 0  # events the rules would not have translated
         self.outcome: Outcome | None = None
         self.usage: dict | None = None
@@ -122,6 +126,10 @@ class Relay:
             plan = self._plan.get(key, DECODE)
             if plan == SKIP or (plan == SKIP_REPEATS and key == self._last):
                 continue
+            if plan == FRAGMENTS and self._hold(key, sub):
+                continue
+            if self._held:
+                self._release()
             self._last = key
             ended = ended or plan == END
             self._observe(decoder.handle(key, sub))
@@ -129,6 +137,28 @@ class Relay:
                 return
         if ended and self.outcome is None:
             self._end()
+
+    def _hold(self, key: str, sub: dict) -> bool:
+        """Hold a fragment of something decoded before; false when the sub-event must be decoded now."""
+        at = (key, sub.get("index"))
+        if at not in self._opened:
+            self._opened.add(at)
+            return False
+        if sub.get("id") is not None or sub.get("name") or not isinstance(sub.get("arguments"), str):
+            return False  # a repeated name or id, or malformed: the rules judge it
+        held = self._held.get(at)
+        if held is None:
+            self._held[at] = [sub, sub["arguments"]]
+        else:
+            held.append(sub["arguments"])
+        return True
+
+    def _release(self) -> None:
+        """Decode the held fragments, one sub-event per index with their arguments joined: the
+        rules' state (each call's arguments, checked at the finish) as if each had been decoded."""
+        held, self._held = self._held, {}
+        for (key, _index), (sub, *parts) in held.items():
+            self._observe(self.decoder.handle(key, {**sub, "arguments": "".join(parts)}))
 
     def _observe(self, events: list) -> None:
         for ev in events:
@@ -183,6 +213,8 @@ class Relay:
         if self.outcome is not None:
             return []
         try:
+            if self._held:
+                self._release()
             self._observe(self.decoder.handle_eof())
         except Exception as exc:
             self._note(exc)
