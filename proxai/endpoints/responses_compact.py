@@ -62,7 +62,7 @@ async def compact(proxy, request: web.Request, info: dict, raw: bytes) -> web.St
 
 async def _compact_on(proxy, request: web.Request, info: dict, body: dict, raw: bytes, match) -> web.StreamResponse:
     model, provider = body["model"], match.provider
-    if provider.protocol == RESPONSES:  # the provider compacts (the same protocol: passed through)
+    if proxy.engine.wire.has(provider.protocol, "compaction"):  # the provider compacts: passed through
         if match.upstream_model != model:
             body["model"] = match.upstream_model
             raw = dump_json(body)
