@@ -42,6 +42,7 @@ from proxai.http import errors as E
 from proxai.http import requestid
 from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.endpoints.responses_state import StateUnavailable, _frame
+from proxai.http.detached import DetachedRequest
 from proxai.http.sse import encode_event
 from proxai.state import StateError
 from proxai.http.streaming import HEARTBEAT
@@ -120,36 +121,6 @@ class _Sink:
 
     def enable_compression(self, *args, **kwargs) -> None:
         pass
-
-
-class _DetachedRequest:
-    """The client's request as the pipeline reads it (headers, query, version), with its own
-    state and a response writer that feeds the run: the client's connection may be gone."""
-
-    fixed_response_id: str | None = None
-
-    def __init__(self, request: web.Request, run: "Run", state: dict):
-        self._inner = request
-        self._payload_writer = _Sink(run)
-        self._state = state
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def _prepare_hook(self, response) -> None:
-        pass
-
-    def get(self, key, default=None):
-        return self._state.get(key, default)
-
-    def __getitem__(self, key):
-        return self._state[key]
-
-    def __setitem__(self, key, value) -> None:
-        self._state[key] = value
-
-    def __contains__(self, key) -> bool:
-        return key in self._state
 
 
 # --- one run ------------------------------------------------------------------------------
@@ -359,7 +330,7 @@ async def start(proxy, request: web.Request, protocol: str, match, body: dict, i
     run_info.update(method="BACKGROUND", stream=True, _started=time.monotonic())
     from proxai.http.surface import INFO_KEY, dump_json
 
-    detached = _DetachedRequest(request, run, {INFO_KEY: run_info})
+    detached = DetachedRequest(request, _Sink(run), {INFO_KEY: run_info})
     detached.fixed_response_id = response_id  # the id the stored response takes (responses_state.Turn)
     slot = proxy.limits.stream_slot(run_info, True)
     await slot.__aenter__()  # the client's concurrent_streams: refused now, in its own shape

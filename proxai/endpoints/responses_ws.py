@@ -32,6 +32,7 @@ from proxai.http import ingress, paths, requestid
 from proxai.operations import reload
 from proxai.routing import turn_state
 from proxai.observability.logs import add_earlier_usage, log_request
+from proxai.http.detached import DetachedRequest
 from proxai.http.streaming import Outcome
 from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
 
@@ -117,34 +118,6 @@ class _Events:
 
     def enable_compression(self, *args, **kwargs) -> None:
         pass
-
-
-class _TurnRequest:
-    """The upgrade request as the pipeline reads it (headers, query, version), with the
-    turn's own state (log record, capture) and a response writer that sends messages."""
-
-    def __init__(self, request: web.Request, events: _Events, state: dict):
-        self._inner = request
-        self._payload_writer = events
-        self._state = state
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-    async def _prepare_hook(self, response) -> None:
-        pass
-
-    def get(self, key, default=None):
-        return self._state.get(key, default)
-
-    def __getitem__(self, key):
-        return self._state[key]
-
-    def __setitem__(self, key, value) -> None:
-        self._state[key] = value
-
-    def __contains__(self, key) -> bool:
-        return key in self._state
 
 
 # --- the socket's memory: its last response -----------------------------------------------
@@ -251,7 +224,7 @@ class Socket:
             info["_client"] = self.client
         stream_id = event.get("stream_id") if isinstance(event.get("stream_id"), str) else None
         events = _Events(self.ws, stream_id)
-        turn = _TurnRequest(self.request, events, {INFO_KEY: info})
+        turn = DetachedRequest(self.request, events, {INFO_KEY: info})
         token = requestid.current.set(info["request_id"])
         pinned = reload.pin(proxy)  # each turn starts on the live generation, as a request would
         body: dict | None = None
@@ -291,7 +264,7 @@ class Socket:
                               body.get("previous_response_id"),
                               local=body.get("store") is False or event.get("generate") is False)
 
-    def _open_capture(self, turn: _TurnRequest, info: dict, raw: bytes) -> None:
+    def _open_capture(self, turn: DetachedRequest, info: dict, raw: bytes) -> None:
         proxy = self.proxy
         if proxy.recorder is not None:
             turn[CAPTURE_KEY] = proxy.recorder.open(info["request_id"])
@@ -303,7 +276,7 @@ class Socket:
             cap.whole("inbound_request", f"{self.request.method} {self.request.path_qs} {version} (WebSocket message)",
                       self.request.headers.items(), raw)
 
-    async def _generate(self, turn: _TurnRequest, body: dict, raw: bytes, info: dict) -> None:
+    async def _generate(self, turn: DetachedRequest, body: dict, raw: bytes, info: dict) -> None:
         proxy = self.proxy
         with proxy.slot(), proxy.tracing.request(self.request.headers, "POST", self.request.path, info):
             body = ingress.parse(self.protocol, raw)
@@ -316,7 +289,7 @@ class Socket:
             err = E.ProxyError(_error_message(response.body), status=response.status)
             await turn._payload_writer.event(error_event(proxy, self.protocol, err))
 
-    async def _warm_up(self, turn: _TurnRequest, body: dict, raw: bytes, info: dict, events: _Events) -> None:
+    async def _warm_up(self, turn: DetachedRequest, body: dict, raw: bytes, info: dict, events: _Events) -> None:
         """`generate: false`: no provider call; a completed, empty Response the next turn
         can name as its previous_response_id (kept on the socket)."""
         proxy = self.proxy
@@ -365,7 +338,7 @@ def _error_message(data: Any) -> str:
         return "the provider refused the request"
 
 
-def _account(proxy, turn: _TurnRequest, info: dict, started: float) -> None:
+def _account(proxy, turn: DetachedRequest, info: dict, started: float) -> None:
     """The turn's log line, metrics, capture summary and token spend, as any request's."""
     info["duration_ms"] = round((time.monotonic() - started) * 1000, 1)
     info.setdefault("status", 200)
