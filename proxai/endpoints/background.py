@@ -42,7 +42,7 @@ from proxai.http import errors as E
 from proxai.http import requestid
 from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.endpoints.responses_state import StateUnavailable, _frame
-from proxai.http.detached import DetachedRequest
+from proxai.http.detached import DetachedRequest, Writer
 from proxai.http.sse import encode_event
 from proxai.state import StateError
 from proxai.http.streaming import HEARTBEAT
@@ -90,12 +90,8 @@ def _unavailable(exc: StateError) -> StateUnavailable:
 # --- the run's request, detached from the client's connection ------------------------------
 
 
-class _Sink:
+class _Sink(Writer):
     """The payload writer of a run's response: what the pipeline writes goes to the run."""
-
-    buffer_size = 0
-    output_size = 0
-    length = None
 
     def __init__(self, run: "Run"):
         self._run = run
@@ -107,20 +103,6 @@ class _Sink:
         if data:
             self._run.feed(bytes(data))
 
-    async def write_headers(self, status_line: str, headers) -> None:
-        pass
-
-    def send_headers(self) -> None:
-        pass
-
-    async def drain(self) -> None:
-        pass
-
-    def enable_chunking(self) -> None:
-        pass
-
-    def enable_compression(self, *args, **kwargs) -> None:
-        pass
 
 
 # --- one run ------------------------------------------------------------------------------

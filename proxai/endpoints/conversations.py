@@ -29,7 +29,7 @@ from aiohttp import web
 from proxai.http import errors as E
 from proxai.http import ingress, requestid
 from proxai.protocols import RESPONSES
-from proxai.endpoints.responses_state import StateUnavailable, _input_items
+from proxai.endpoints.responses_state import StateUnavailable, _input_items, page
 from proxai.http.sse import SSEParser
 from proxai.state import StateError
 
@@ -176,29 +176,6 @@ def _items(value: Any, *, required: bool) -> list:
     return _input_items(value)
 
 
-def _page(items: list, query) -> dict:
-    order = query.get("order", "desc")
-    if order not in ("asc", "desc"):
-        raise E.InvalidRequest(f"order must be 'asc' or 'desc' (got {order!r})", param="order")
-    try:
-        limit = int(query.get("limit", "20"))
-    except ValueError:
-        raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit") from None
-    if not 1 <= limit <= 100:
-        raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit")
-    if order == "desc":
-        items = list(reversed(items))
-    after = query.get("after")
-    if after:
-        ids = [item.get("id") for item in items]
-        if after not in ids:
-            raise E.InvalidRequest(f"no item with id {after!r} in this conversation", param="after")
-        items = items[ids.index(after) + 1:]
-    page = items[:limit]
-    return {"object": "list", "data": page, "first_id": page[0].get("id") if page else None,
-            "last_id": page[-1].get("id") if page else None, "has_more": len(items) > limit}
-
-
 def _list(items: list) -> dict:
     return {"object": "list", "data": items, "first_id": items[0].get("id") if items else None,
             "last_id": items[-1].get("id") if items else None, "has_more": False}
@@ -273,7 +250,7 @@ class Endpoints:
         # `include` is accepted and changes nothing: every item is kept whole (reasoning
         # items with their encrypted_content, the continuation envelope), so all it could
         # ask for is there already.
-        return _json(200, _page((await self._doc(request))["items"], request.query))
+        return _json(200, page((await self._doc(request))["items"], request.query, "item", "this conversation"))
 
     async def add_items(self, request: web.Request) -> web.Response:
         body = await _body(self.proxy, request)

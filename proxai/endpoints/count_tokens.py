@@ -19,7 +19,6 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-import engine
 from proxai.http import errors as E
 from proxai.http import ingress, paths, requestid
 from proxai.endpoints import token_estimate

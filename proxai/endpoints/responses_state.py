@@ -299,32 +299,7 @@ class ResponsesState:
 
     async def input_items(self, request: web.Request) -> web.Response:
         _, items = await self._stored(request, self.store.list_items)
-        query = request.query
-        order = query.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise E.InvalidRequest(f"order must be 'asc' or 'desc' (got {order!r})", param="order")
-        try:
-            limit = int(query.get("limit", "20"))
-        except ValueError:
-            raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit") from None
-        if not 1 <= limit <= 100:
-            raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit")
-        if order == "desc":
-            items.reverse()
-        after = query.get("after")
-        if after:
-            ids = [item.get("id") for item in items]
-            if after not in ids:
-                raise E.InvalidRequest(f"no input item with id {after!r} in this response", param="after")
-            items = items[ids.index(after) + 1:]
-        page = items[:limit]
-        return _json(200, {
-            "object": "list",
-            "data": page,
-            "first_id": page[0].get("id") if page else None,
-            "last_id": page[-1].get("id") if page else None,
-            "has_more": len(items) > limit,
-        })
+        return _json(200, page(items, request.query, "input item", "this response"))
 
     async def _record(self, request: web.Request) -> ResponseRecord:
         return (await self._stored(request, self.store.get))[1]
@@ -554,6 +529,31 @@ def _json(status: int, body: Any) -> web.Response:
     response = web.Response(status=status, body=orjson.dumps(body))
     response.headers["Content-Type"] = "application/json"
     return response
+
+
+def page(items: list, query, what: str, where: str) -> dict:
+    """One page of a list endpoint, as OpenAI pages them: `order` (asc | desc, default
+    desc), `limit` (1-100, default 20) and `after` (an item id of the list)."""
+    order = query.get("order", "desc")
+    if order not in ("asc", "desc"):
+        raise E.InvalidRequest(f"order must be 'asc' or 'desc' (got {order!r})", param="order")
+    try:
+        limit = int(query.get("limit", "20"))
+    except ValueError:
+        raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit") from None
+    if not 1 <= limit <= 100:
+        raise E.InvalidRequest("limit must be an integer between 1 and 100", param="limit")
+    if order == "desc":
+        items = list(reversed(items))
+    after = query.get("after")
+    if after:
+        ids = [item.get("id") for item in items]
+        if after not in ids:
+            raise E.InvalidRequest(f"no {what} with id {after!r} in {where}", param="after")
+        items = items[ids.index(after) + 1:]
+    shown = items[:limit]
+    return {"object": "list", "data": shown, "first_id": shown[0].get("id") if shown else None,
+            "last_id": shown[-1].get("id") if shown else None, "has_more": len(items) > limit}
 
 
 def add_routes(app: web.Application, proxy, first=None) -> None:

@@ -32,7 +32,7 @@ from proxai.http import ingress, paths, requestid
 from proxai.operations import reload
 from proxai.routing import turn_state
 from proxai.observability.logs import add_earlier_usage, log_request
-from proxai.http.detached import DetachedRequest
+from proxai.http.detached import DetachedRequest, Writer
 from proxai.http.streaming import Outcome
 from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
 
@@ -52,13 +52,9 @@ SOCKETS_KEY: web.AppKey[set] = web.AppKey("proxai.responses_sockets", set)
 # --- one turn's response, written as socket messages ------------------------------------
 
 
-class _Events:
+class _Events(Writer):
     """The payload writer of a turn's response: the SSE frames the pipeline writes become
     one text message each (the event's data, `stream_id` added when the turn named one)."""
-
-    buffer_size = 0
-    output_size = 0
-    length = None
 
     def __init__(self, ws: web.WebSocketResponse, stream_id: str | None):
         self.ws = ws
@@ -104,20 +100,6 @@ class _Events:
         if data:
             await self.write(data)
 
-    async def write_headers(self, status_line: str, headers) -> None:
-        pass
-
-    def send_headers(self) -> None:
-        pass
-
-    async def drain(self) -> None:
-        pass
-
-    def enable_chunking(self) -> None:
-        pass
-
-    def enable_compression(self, *args, **kwargs) -> None:
-        pass
 
 
 # --- the socket's memory: its last response -----------------------------------------------
