@@ -158,3 +158,97 @@ def test_the_transports_read_timeout_ends_a_guarded_stream_as_idle():
     assert asyncio.run(go()) is Outcome.IDLE_TIMEOUT
     assert client.out.startswith(START)
     assert b"event: error" in client.out[len(START):]
+
+
+class _PacedContent:
+    """Each readany() waits its item's delay, as a provider between two events does; the
+    upstream's close() fails the pending read, as closing aiohttp's connection does."""
+
+    def __init__(self, ready: bytes, later: list):
+        self.ready, self.later = ready, list(later)
+        self.due = None
+        self.closed = asyncio.Event()
+
+    def read_nowait(self, n: int = -1) -> bytes:
+        data, self.ready = self.ready, b""
+        return data
+
+    async def readany(self) -> bytes:
+        if not self.later:
+            return b""
+        delay, data = self.later[0]
+        now = asyncio.get_running_loop().time()
+        if self.due is None:  # else the rest of a wait that a timeout cut short
+            self.due = now + delay
+        delay = self.due - now
+        closed = asyncio.ensure_future(self.closed.wait())
+        try:
+            done, _ = await asyncio.wait([closed], timeout=max(0.0, delay))
+        finally:
+            closed.cancel()
+        if done:
+            raise aiohttp.ClientConnectionError("Connection closed")
+        self.later.pop(0)
+        self.due = None
+        return data
+
+
+class _PacedUpstream(_Upstream):
+    def close(self):
+        self.closed = True
+        self.content.closed.set()
+
+
+def _beating_loop(content, monkeypatch, beat: float) -> tuple[StreamLoop, list]:
+    """A translated-or-not stream loop with a heartbeat, whose waits aiohttp's sock_read bounds;
+    the asyncio.timeout contexts it enters are counted."""
+    from proxai.http.body_guard import BodyGuard
+
+    monkeypatch.setattr(BodyGuard, "timer_bounds_wait", lambda self: True)
+    timeouts = []
+    real = asyncio.timeout
+    monkeypatch.setattr(asyncio, "timeout", lambda delay: timeouts.append(delay) or real(delay))
+    eng = engine.Engine.load()
+    ctx = engine.Context(client_protocol=ANTHROPIC, provider_protocol=ANTHROPIC, provider_name="p",
+                         upstream_model="m", client_body={})
+    loop = StreamLoop(_PacedUpstream(content), Relay(ANTHROPIC, eng, ctx), idle_timeout=60.0,
+                      tool_call_timeout=60.0, provider_name="p", idle_guarded=True, heartbeat=beat)
+    return loop, timeouts
+
+
+def test_heartbeats_go_out_on_one_timer_not_a_timeout_per_waiting_read(monkeypatch):
+    events = REST.split(b"\n\n")[:-1]
+    # five reads that wait a little, then one quiet for about three beats, then the rest
+    later = [(0.01, e + b"\n\n") for e in events[:2]] + [(0.01, b": a comment\n\n")] * 3
+    later += [(0.33, events[2] + b"\n\n")] + [(0.0, e + b"\n\n") for e in events[3:]]
+    content = _PacedContent(START, later)
+    loop, timeouts = _beating_loop(content, monkeypatch, beat=0.1)
+    client = _Client()
+
+    async def go():
+        await loop.prime()
+        return await loop.run(client)
+
+    assert asyncio.run(go()) is Outcome.COMPLETE
+    quiet = client.out.split(events[1] + b"\n\n", 1)[1].split(events[2], 1)[0]
+    assert quiet.count(b": keep-alive\n\n") in (2, 3), quiet
+    assert client.out.count(b": keep-alive\n\n") == quiet.count(b": keep-alive\n\n")  # none while events flow
+    assert timeouts == []  # sock_read bounds every wait; the heartbeat is one timer, re-armed
+
+
+def test_a_client_gone_at_a_heartbeat_ends_the_stream_as_disconnected(monkeypatch):
+    content = _PacedContent(START, [(5.0, REST)])
+    loop, _ = _beating_loop(content, monkeypatch, beat=0.05)
+
+    class _Gone(_Client):
+        async def write(self, data: bytes) -> None:
+            if data.startswith(b": keep-alive"):
+                raise ConnectionResetError("Cannot write to closing transport")
+            self.out += data
+
+    async def go():
+        await loop.prime()
+        return await asyncio.wait_for(loop.run(_Gone()), 2)
+
+    assert asyncio.run(go()) is Outcome.CLIENT_DISCONNECTED
+    assert loop.upstream.closed  # the provider's connection does not wait out the model

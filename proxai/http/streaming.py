@@ -39,6 +39,9 @@ log = logging.getLogger("proxai.stream")
 HEARTBEAT = b": keep-alive\n\n"
 # Bytes relayed between two forced turns of the event loop (see transport.YIELD_EVERY_BYTES).
 _YIELD_EVERY_BYTES = 1 << 20
+# asyncio runs a timer up to its clock resolution early: a beat that fires this close to its
+# interval counts as on time.
+_TIMER_SLACK = 0.005
 SHUTDOWN_MESSAGE = "the proxy is shutting down; retry the request"
 MALFORMED_BODY_MESSAGE = "the provider's response body is malformed (its HTTP framing is invalid)"
 
@@ -207,6 +210,13 @@ class StreamLoop:
         # Pass-through: bytes -> bytes applied to each relayed event (proxai/http/response_model.py).
         self.rewrite = None
         self.outcome = Outcome.OPEN
+        # The heartbeat: one timer for the whole stream, armed at the first read that waits and
+        # re-armed when it fires, rather than a timeout around every read that waits.
+        self._waiting_since: float | None = None  # when the read in progress began to wait
+        self._beat_handle: asyncio.TimerHandle | None = None
+        self._beat_task: asyncio.Task | None = None
+        self._beat_client: web.StreamResponse | None = None
+        self._client_gone = False
 
     @property
     def _over(self) -> bool:
@@ -244,29 +254,49 @@ class StreamLoop:
                 return chunk
         bounded = self.guard.timer_bounds_wait()
         limit = self.tool_call_timeout if self._tool_stall_applies else self.idle_timeout
-        beat = self.heartbeat if client is not None and 0 < self.heartbeat < limit else 0
-        if not beat:
-            try:
-                if self.idle_guarded and limit >= self.idle_timeout and bounded:
-                    return await self.upstream.content.readany()
-                async with asyncio.timeout(limit):
-                    return await self.upstream.content.readany()
-            except (TimeoutError, aiohttp.ServerTimeoutError):
-                return None
+        if client is not None and 0 < self.heartbeat < limit:
+            self._wait_begins(client)
+        try:
+            if self.idle_guarded and limit >= self.idle_timeout and bounded:
+                return await self.upstream.content.readany()
+            async with asyncio.timeout(limit):
+                return await self.upstream.content.readany()
+        except (TimeoutError, aiohttp.ServerTimeoutError):
+            return None
+        finally:
+            self._waiting_since = None
+
+    def _wait_begins(self, client: web.StreamResponse) -> None:
         loop = asyncio.get_running_loop()
-        end = loop.time() + limit
-        while True:
-            left = end - loop.time()
-            if left <= 0:
-                return None
-            try:
-                async with asyncio.timeout(min(beat, left)):
-                    return await self.upstream.content.readany()
-            except aiohttp.ServerTimeoutError:
-                return None
-            except TimeoutError:
-                if end - loop.time() > 0:
-                    await client.write(HEARTBEAT)
+        self._waiting_since = now = loop.time()
+        if self._beat_handle is None:
+            self._beat_client = client
+            self._beat_handle = loop.call_at(now + self.heartbeat, self._beat, loop)
+
+    def _beat(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The heartbeat timer: a comment when the read in progress has waited a whole interval."""
+        now = loop.time()
+        since = self._waiting_since
+        if since is not None and now + _TIMER_SLACK >= since + self.heartbeat:
+            self._waiting_since = since = now  # the next one after another whole interval
+            self._beat_task = loop.create_task(self._send_beat())
+        self._beat_handle = loop.call_at((since if since is not None else now) + self.heartbeat, self._beat, loop)
+
+    async def _send_beat(self) -> None:
+        try:
+            await self._beat_client.write(HEARTBEAT)
+        except (ConnectionResetError, aiohttp.ClientConnectionResetError, RuntimeError):
+            # The client left (or the answer was already finished): as stop() does, the
+            # pending read fails, and run() ends the stream as the client's disconnect.
+            self._client_gone = True
+            self.upstream.close()
+
+    def _stop_beating(self) -> None:
+        if self._beat_handle is not None:
+            self._beat_handle.cancel()
+            self._beat_handle = None
+        if self._beat_task is not None and not self._beat_task.done():
+            self._beat_task.cancel()
 
     def _take(self, chunk: bytes) -> list[bytes]:
         out: list[bytes] = []
@@ -338,6 +368,8 @@ class StreamLoop:
                 try:
                     chunk = await self._read(client)
                 except (*READ_FAILURES, ConnectionError) as exc:
+                    if self._client_gone:
+                        return self._finish(Outcome.CLIENT_DISCONNECTED)
                     if self._over:
                         break
                     if self._stopping:
@@ -388,6 +420,7 @@ class StreamLoop:
                 pass
             return self._finish(Outcome.INTERNAL)
         finally:
+            self._stop_beating()
             self.guard.release()
             if self._eof and not self._stopping:
                 self.upstream.release()  # fully read: the connection goes back to the pool
