@@ -378,6 +378,11 @@ class Proxy:
         if "_response_id" in info:  # a sticky pool notes the conversation's new response id
             info["_response_id"] = pools.response_id(relay.primed)
         response = web.StreamResponse(status=200)
+        if relay.primed:
+            # aiohttp sends a stream's headers on their own at prepare(); the first event is
+            # ready, so they go out with it in one send, one packet for the client to wake up
+            # to (a private aiohttp attribute: were it renamed, they would go alone, as before).
+            response._send_headers_immediately = False
         response.headers["Content-Type"] = SSE_CONTENT_TYPE
         response.headers["Cache-Control"] = "no-cache"
         response.headers.update(E.preserved_headers(upstream.headers))
