@@ -26,8 +26,9 @@ class _RunLog(logging.Handler):
         super().__init__(logging.DEBUG)
         self.lines: list[str] = []
 
-    # The test's own SDK clients log whole requests at DEBUG; they are not the proxy.
-    CLIENT_SIDE = ("openai", "anthropic", "httpx", "httpcore", "hypothesis", "urllib3")
+    # The test's own SDK clients (HTTP and WebSocket) log whole requests, headers included,
+    # at DEBUG; they are not the proxy.
+    CLIENT_SIDE = ("openai", "anthropic", "httpx", "httpcore", "hypothesis", "urllib3", "websockets")
 
     def emit(self, record: logging.LogRecord) -> None:
         if record.name.startswith(self.CLIENT_SIDE):
