@@ -126,3 +126,15 @@ def test_rewriter_takes_the_first_unescaped_key_only():
     assert rewrite(escaped) is escaped
     assert rewrite(b'{"model":"a\\"b"}') == b'{"model":"client/m"}'
     assert response_model.rewriter("modelVersion", 'q"m')(b'{"modelVersion":"up"}') == b'{"modelVersion":"q\\"m"}'
+
+
+def test_rewriter_gives_every_event_of_a_stream_what_the_pattern_gives():
+    """The rewriter remembers the last value it replaced (a stream repeats it in every event):
+    each event still comes out as a fresh rewriter makes it."""
+    events = [b'{"id":"c","model":"up","choices":[]}', b'{"id":"c","model":"up","choices":[{"delta":{}}]}',
+              b'{"id":"c","model" : "up","choices":[]}', b'{"id":"c","model":"other","choices":[]}',
+              b'{"id":"c","model":"other"}', b'{"delta":"x"}', b'{"model":null,"x":{"model":"up"}}',
+              b'{"a":"\\"model\\":\\"up\\"","model":"up"}', b'{"id":"c","model":"up"}']
+    rewrite = response_model.rewriter("model", "client/m")
+    assert [rewrite(e) for e in events] == [response_model.rewriter("model", "client/m")(e) for e in events]
+    assert rewrite(events[0]) == b'{"id":"c","model":"client/m","choices":[]}'

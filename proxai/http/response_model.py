@@ -52,9 +52,20 @@ def rewriter(key: str, model: str) -> Callable[[bytes], bytes]:
     def replace(m: re.Match[bytes]) -> bytes:
         return quoted + m.group(1) + value
 
+    seen: list[bytes] = []  # the last `"key": "value"` replaced: a stream repeats it in every event
+
     def rewrite(data: bytes) -> bytes:
-        if quoted not in data:  # most stream events (content deltas): one substring search
+        at = data.find(quoted)
+        if at < 0:  # most stream events (content deltas): one substring search
             return data
-        return pattern.sub(replace, data, count=1)
+        if seen and data.startswith(seen[0], at) and data[at - 1:at] != b"\\":
+            # The first occurrence of the key is the one the pattern would take: no regex.
+            return data[:at] + seen[1] + data[at + len(seen[0]):]
+        m = pattern.search(data)
+        if m is None:
+            return data
+        new = replace(m)
+        seen[:] = [m.group(0), new]
+        return data[:m.start()] + new + data[m.end():]
 
     return rewrite
