@@ -124,7 +124,11 @@ def test_a_long_gzip_stream_never_starves_the_event_loop(server, bomb_upstream):
     done.set()
     checker.join(30)
     status, body = result[0]
-    assert status == 200 and body.endswith(b"data: [DONE]\n\n") and len(body) == bomb_upstream[2]
+    # Every event relayed whole, with the client's model name in place of the upstream's (the
+    # route renames chat/m to m; answers carry the client's name: response_model).
+    renamed = body.count(b'"model":"chat/m"')
+    assert status == 200 and body.endswith(b"data: [DONE]\n\n") and b'"model":"m"' not in body
+    assert renamed > 60_000 and len(body) == bomb_upstream[2] + renamed * len("chat/")
     assert in_flight_answers >= 3  # /healthz kept being answered while 60 MB streamed through
     assert server.status("VmHWM") - before < 100 * MB
 
