@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import engine
-from engine.hooks.fit import MAX_NAME, wire_name
+from engine.hooks.names import MAX_NAME, wire_name
 from proxai.http.app import model_capabilities
 from proxai.routing.config import load_dict
 from proxai.http.errors import ConfigError

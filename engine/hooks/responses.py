@@ -148,7 +148,7 @@ def phases(scope, items=None):
 def tool_search_names(scope, tools=None):
     """The names a tool_search_output loaded, as the proxy's search finds them (a
     namespace's tools by their flattened names)."""
-    from .fit import wire_name
+    from .names import wire_name
 
     names = []
     for tool in tools or ():
@@ -165,7 +165,7 @@ def tool_search_names(scope, tools=None):
 def tool_search_tools(scope, names=None):
     """tool_search_output.tools: the client's own definitions of the tools a search the
     proxy ran loaded, a namespace's under the namespace (its other tools left out)."""
-    from .fit import wire_name
+    from .names import wire_name
 
     wanted = set(names or ())
     body = getattr(scope.ctx, "client_body", None) or {}

@@ -47,8 +47,8 @@ def _lookup(tables, name, key):
 
 def key(tool: dict):
     """The name a deferred tool is searched, loaded and called by: a namespace's tool by
-    the flattened name the provider sees (fit.wire_name), others by their name."""
-    from .fit import wire_name
+    the flattened name the provider sees (names.wire_name), others by their name."""
+    from .names import wire_name
 
     name = tool.get("name")
     return wire_name(tool["namespace"], name) if tool.get("namespace") and isinstance(name, str) else name
