@@ -176,6 +176,8 @@ SLOW_MODULES = frozenset({
     # real processes, signals, fd limits, bombs and soaks; stalled uploads wait out their deadline
     "test_hardening_process.py", "test_hardening_bombs.py", "test_hardening_ingress.py", "test_hardening_upstream.py",
     "test_hardening_round3.py", "test_client_keys.py",
+    "test_compressed_requests.py", "test_background.py",  # decompression bombs; runs waited on in the store
+    "test_toy_protocol_e2e.py", "test_usage_override_e2e.py",  # a server process per rules folder
     "test_state_processes.py", "test_readiness_degraded.py", "test_resilience_processes.py", "test_bench_faults.py", "test_bench_cache_smoke.py",
     "test_inspector_browser.py",  # headless Chromium
     "test_real_clients.py", "test_real_codex_websocket.py", "test_real_claude_code_mcp.py",  # the real coding-agent CLIs
