@@ -41,7 +41,7 @@ import engine
 from proxai.http import errors as E
 from proxai.http import requestid
 from proxai.observability.logs import add_earlier_usage, log_request
-from proxai.endpoints.responses_state import StateUnavailable, _frame
+from proxai.endpoints.responses_state import TERMINAL_EVENTS, StateUnavailable, _frame
 from proxai.http.detached import DetachedRequest, Writer
 from proxai.http.sse import encode_event
 from proxai.state import StateError
@@ -61,7 +61,6 @@ _CANCEL_CHECK_SECS = 0.25
 _FOLLOW_POLL_SECS = 0.1
 _CANCEL_WAIT_SECS = 10.0
 
-_TERMINALS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 _FINAL_STATUSES = frozenset({"completed", "incomplete", "failed", "cancelled"})
 RESTARTED = "the proxy stopped or restarted while this background response was running; it did not finish"
 SHUT_DOWN = "the proxy shut down while this background response was running; it did not finish"
@@ -161,7 +160,7 @@ class Run:
             status = snapshot.get("status")
             if isinstance(status, str):
                 self.status = status
-            if event in _TERMINALS:
+            if event in TERMINAL_EVENTS:
                 self.terminal = True
         if event == "response.output_item.done" and isinstance(payload.get("output_index"), int):
             self.items[payload["output_index"]] = payload.get("item")

@@ -29,7 +29,7 @@ from aiohttp import web
 from proxai.http import errors as E
 from proxai.http import ingress, requestid
 from proxai.protocols import RESPONSES
-from proxai.endpoints.responses_state import StateUnavailable, _input_items, page
+from proxai.endpoints.responses_state import SNAPSHOT_EVENTS, STORED_EVENTS, StateUnavailable, _input_items, page
 from proxai.http.sse import SSEParser
 from proxai.state import StateError
 
@@ -40,9 +40,6 @@ MAX_ITEMS_PER_CALL = 20  # OpenAI's limit on the items one create or add call ta
 _METADATA_PAIRS, _METADATA_KEY_CHARS, _METADATA_VALUE_CHARS = 16, 64, 512
 _CAS_ATTEMPTS = 50
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
-_SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued", "response.completed",
-                              "response.incomplete", "response.failed"})
-_TERMINALS = frozenset({"response.completed", "response.incomplete"})
 # Items a client sends (never a provider's output): their ids are the proxy's, so they are
 # left out toward a provider that would look them up.
 _INPUT_ROLES = frozenset({"user", "system", "developer"})
@@ -476,11 +473,11 @@ class _ConversationTee:
                 self._seq = max(self._seq, payload["sequence_number"])
             name = payload.get("type") or event.event
             snapshot = payload.get("response")
-            if name not in _SNAPSHOT_EVENTS or not isinstance(snapshot, dict):
+            if name not in SNAPSHOT_EVENTS or not isinstance(snapshot, dict):
                 out.append(raw)
                 continue
             self._snapshot = self._turn.patch(snapshot)
-            if name in _TERMINALS:
+            if name in STORED_EVENTS:
                 try:
                     await self._turn.append(snapshot)
                 except E.ProxyError as err:

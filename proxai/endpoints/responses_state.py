@@ -47,11 +47,16 @@ from proxai.state import ChainTooDeep, RecordTooLarge, ResponseRecord, StateErro
 
 log = logging.getLogger("proxai.state")
 
-# Lifecycle events whose `response` snapshot echoes previous_response_id and store.
-_SNAPSHOT_EVENTS = frozenset({b"response.created", b"response.in_progress", b"response.completed",
-                              b"response.incomplete", b"response.failed", b"response.queued"})
-# The stream's terminal events that leave a response worth continuing from.
-_STORED_TERMINALS = frozenset({b"response.completed", b"response.incomplete"})
+# A Responses stream's lifecycle events (their `response` is a snapshot, echoing
+# previous_response_id and store), its terminal events, and the terminal events that leave
+# a response worth continuing from: one list for stored responses, conversations,
+# background runs and the WebSocket.
+SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued", "response.completed",
+                             "response.incomplete", "response.failed"})
+TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+STORED_EVENTS = frozenset({"response.completed", "response.incomplete"})
+_SNAPSHOT_EVENTS = frozenset(name.encode() for name in SNAPSHOT_EVENTS)
+_STORED_TERMINALS = frozenset(name.encode() for name in STORED_EVENTS)
 _STORED_STATUSES = frozenset({"completed", "incomplete"})
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)

@@ -35,6 +35,7 @@ from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.http.detached import DetachedRequest, Writer
 from proxai.http.streaming import Outcome
 from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
+from proxai.endpoints.responses_state import TERMINAL_EVENTS
 
 log = logging.getLogger("proxai")
 
@@ -44,7 +45,6 @@ CREATE = "response.create"
 IGNORED = frozenset({"response.processed"})
 # Fields of the socket's envelope, not of the request body.
 ENVELOPE = ("type", "stream_id", "generate")
-TERMINALS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 CLOSE_GOING_AWAY = 1001
 SOCKETS_KEY: web.AppKey[set] = web.AppKey("proxai.responses_sockets", set)
 
@@ -78,7 +78,7 @@ class _Events(Writer):
         except orjson.JSONDecodeError:
             event = None
         if isinstance(event, dict):
-            if event.get("type") in TERMINALS and isinstance(event.get("response"), dict):
+            if event.get("type") in TERMINAL_EVENTS and isinstance(event.get("response"), dict):
                 self.final = event["response"]
             if self.stream_id is not None:
                 event["stream_id"] = self.stream_id
@@ -92,7 +92,7 @@ class _Events(Writer):
     async def event(self, event: dict) -> None:
         if self.stream_id is not None:
             event = {**event, "stream_id": self.stream_id}
-        if event.get("type") in TERMINALS:
+        if event.get("type") in TERMINAL_EVENTS:
             self.final = event["response"]
         await self.send(dump_json(event).decode())
 
