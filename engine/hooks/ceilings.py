@@ -14,8 +14,6 @@ import fnmatch
 import functools
 
 TABLE = "model->max_output_tokens"
-# Protocols whose output limit is required: a request without one gets the ceiling.
-LIMIT_REQUIRED = frozenset({"anthropic_messages"})
 
 
 def lookup(mapping, model) -> int | None:
@@ -39,7 +37,9 @@ def model_ceiling(tables, model) -> int | None:
     return lookup(table.map, model) if table is not None else None
 
 
-def output_limit(scope, tables=None):
+def output_limit(scope, tables=None, required: bool = False):
+    """Clamp the request's output limit to the model's ceiling; `required` (the provider
+    protocol's limit is a required field: output_limit_required) fills a missing one."""
     ir, ctx = scope.cur, scope.ctx
     if not isinstance(ir, dict) or ctx is None:
         return ir
@@ -51,7 +51,7 @@ def output_limit(scope, tables=None):
     if ceiling and isinstance(wanted, int) and not isinstance(wanted, bool) and wanted > ceiling:
         ctx.trace(f"max output tokens {wanted} clamped to {ceiling}, {source} of {model}")
         return {**ir, "max_output_tokens": ceiling}
-    if wanted is None and ctx.provider_protocol in LIMIT_REQUIRED:
+    if wanted is None and required:
         if ctx.max_tokens_default:  # the provider's own default, within the ceiling
             limit = min(ceiling, ctx.max_tokens_default) if ceiling else ctx.max_tokens_default
         else:
@@ -61,8 +61,15 @@ def output_limit(scope, tables=None):
     return ir
 
 
+def output_limit_required(scope, tables=None):
+    return output_limit(scope, tables, required=True)
+
+
 output_limit.reads_tables = True  # type: ignore[attr-defined]
+output_limit_required.reads_tables = True  # type: ignore[attr-defined]
 
 HOOKS = {
     "ceilings.output_limit": output_limit,
+    # for a provider protocol whose output limit is required (a request without one gets the ceiling)
+    "ceilings.output_limit_required": output_limit_required,
 }
