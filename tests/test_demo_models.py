@@ -138,3 +138,15 @@ def test_demo_cut_ends_the_stream_with_an_error(an, oa):
 def test_plain_model_names_keep_the_greeting(oa):
     c = oa.chat.completions.create(model="anthropic/demo", messages=HI)
     assert "Hello from the ProxAI demo Anthropic Messages upstream" in c.choices[0].message.content
+
+
+def test_demo_anthropic_takes_claude_codes_system_message_in_place(an):
+    # Claude Code 2.1.251+ sends a system message after the first user turn; the demo's
+    # models stand for current Claude models, which take it (a misplaced one is still refused).
+    messages = [{"role": "user", "content": "hi"}, {"role": "system", "content": "be brief"}]
+    reply = an.messages.create(model="anthropic/claude-demo", max_tokens=100, messages=messages)
+    assert "Hello from the ProxAI demo" in reply.content[0].text
+    with pytest.raises(anthropic.BadRequestError, match="must follow a 'user' message"):
+        an.messages.create(model="anthropic/claude-demo", max_tokens=100,
+                           messages=[*messages, {"role": "assistant", "content": "ok"}, {"role": "system", "content": "x"},
+                                     {"role": "user", "content": "go"}])

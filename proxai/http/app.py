@@ -149,7 +149,7 @@ class Proxy:
     async def _start_demo_upstreams(self) -> None:
         from proxai.mock import MockUpstream
 
-        mock = MockUpstream()
+        mock = MockUpstream(system_in_place=True)
         runner = web.AppRunner(mock.app, handle_signals=False, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -26,13 +26,14 @@ def _tables() -> dict:
     return {MODEL_TABLE: Table(MODEL_TABLE, "mock", table["map"], table.get("default"))}
 
 
-def refusal(protocol: str, body: dict) -> str | None:
-    """The 400 message for a request body's misplaced system message, or None."""
+def refusal(protocol: str, body: dict, any_model: bool = False) -> str | None:
+    """The 400 message for a request body's misplaced system message, or None;
+    `any_model`: every model takes one (where it is placed is still checked)."""
     check = CHECKS.get(protocol)
-    return check(body) if check is not None else None
+    return check(body, any_model) if check is not None else None
 
 
-def _anthropic(body: dict) -> str | None:
+def _anthropic(body: dict, any_model: bool = False) -> str | None:
     messages = body.get("messages") if isinstance(body, dict) else None
     roles = [m.get("role") if isinstance(m, dict) else None for m in messages or ()]
     for i, role in enumerate(roles):
@@ -40,7 +41,7 @@ def _anthropic(body: dict) -> str | None:
             continue
         model = str(body.get("model") or "")
         # Other model names stand for Anthropic-compatible servers that take them.
-        if model.startswith("claude-") and model_policy(_tables(), model) != "native":
+        if not any_model and model.startswith("claude-") and model_policy(_tables(), model) != "native":
             return f"messages.{i}: role 'system' is not supported on this model"
         if i == 0:
             return f"messages.{i}: use the top-level 'system' parameter for the initial system prompt"

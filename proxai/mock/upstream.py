@@ -97,7 +97,11 @@ class MockUpstream:
     whatever the queue does not (a callable like a queued one: an agent's whole conversation);
     `requests` records everything received, unknown paths included."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, system_in_place: bool = False) -> None:
+        """`system_in_place`: every Anthropic model here takes a system message in `messages`
+        (the demo's models stand for current Claude models, to which Claude Code sends one);
+        otherwise only the models rules/tables/model_features.yaml names do, as the API says."""
+        self.system_in_place = system_in_place
         self.requests: list[Recorded] = []
         self.cut_short = 0  # streams the client (the proxy) went away from before their end
         self._queue: deque = deque()
@@ -227,7 +231,7 @@ class MockUpstream:
         refused_limit = output_ceilings.refusal(protocol, record.body or {})
         if refused_limit:
             return _refuse(protocol, *refused_limit)
-        misplaced = anthropic_system.refusal(protocol, record.body or {})
+        misplaced = anthropic_system.refusal(protocol, record.body or {}, any_model=self.system_in_place)
         if misplaced:
             return _json(400, native_error_body(protocol, 400, misplaced))
         if self._queue:
