@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Coroutine, TypeVar
 
@@ -151,3 +152,14 @@ def default_config(mock_url: str) -> dict[str, Any]:
             ],
         },
     }
+
+
+def traced(caplog, note: str, wait: float = 5.0) -> bool:
+    """Whether a log record mentions `note`; a request's translation notes are logged
+    (DEBUG) once its response is done, so they are waited for."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if any(note in r.getMessage() for r in caplog.records):
+            return True
+        time.sleep(0.02)
+    return False

@@ -4,25 +4,15 @@ betas go on except the known-obsolete ones (rules/tables/anthropic_betas.yaml) a
 the provider's `betas: {allow, deny}` does not permit; each one left out is traced."""
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from harness import traced
 from proxai.mock import Text, Turn
 
 STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 # Claude Code 2.1.328's kind of list: current betas, one obsolete, one it still sends although GA.
 CLIENT_BETAS = ["interleaved-thinking-2025-05-14", "prompt-caching-2024-07-31", "advisor-tool-2026-03-01",
                 "context-1m-2025-08-07", "mid-conversation-system-2026-04-07"]
-
-
-def traced(caplog, note: str) -> bool:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if any(note in r.getMessage() for r in caplog.records):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def send(client, model, stream):

@@ -12,6 +12,8 @@ import json
 import openai
 import pytest
 
+from conftest import shared_state
+
 from gemini_helpers import gemini_config
 from proxai.mock import Text, ToolCall, Turn
 from test_open_responses_compliance import RESOURCE, schema_errors
@@ -28,13 +30,7 @@ def backend(request):
 
 @pytest.fixture
 def state_section(request, backend, tmp_path):
-    if backend == "sqlite":
-        return {"backend": "sqlite", "url": str(tmp_path / "state.db")}
-    if backend == "redis":
-        server = request.getfixturevalue("redis_server")
-        server.flush()
-        return {"backend": "redis", "url": server.url}
-    return {"backend": "memory"}
+    return {"backend": "memory"} if backend == "memory" else shared_state(backend, request, tmp_path)
 
 
 def config(harness, state: dict, **server) -> dict:

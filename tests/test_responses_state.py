@@ -13,6 +13,8 @@ import urllib.request
 import openai
 import pytest
 
+from conftest import shared_state
+
 from harness import PROVIDER_KEYS, default_config
 from proxai.mock import Reasoning, RedactedReasoning, Text, ToolCall, Turn, Usage
 
@@ -33,13 +35,7 @@ def backend(request):
 
 @pytest.fixture
 def state_section(request, backend, tmp_path):
-    if backend == "sqlite":
-        return {"backend": "sqlite", "url": str(tmp_path / "state.db")}
-    if backend == "redis":
-        server = request.getfixturevalue("redis_server")
-        server.flush()
-        return {"backend": "redis", "url": server.url}
-    return {"backend": "memory"}
+    return {"backend": "memory"} if backend == "memory" else shared_state(backend, request, tmp_path)
 
 
 @pytest.fixture

@@ -8,23 +8,14 @@ streaming and not, asserting what the provider received and what the client got:
 Each drop is traced."""
 from __future__ import annotations
 
-import time
-
 import pytest
+
+from harness import traced
 
 from gemini_helpers import MODEL as GEMINI_MODEL, gemini_config, sent as gemini_sent
 from proxai.mock import Text, Turn
 
 STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
-
-
-def traced(caplog, note: str) -> bool:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if any(note in r.getMessage() for r in caplog.records):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def received(mock) -> dict:

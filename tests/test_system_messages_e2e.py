@@ -9,9 +9,9 @@ The mock refuses a misplaced system message the way Anthropic does
 Gemini folds them into systemInstruction. Folds and moves are traced."""
 from __future__ import annotations
 
-import time
-
 import pytest
+
+from harness import traced
 
 from gemini_helpers import MODEL as GEMINI_MODEL, gemini_config, sent as gemini_sent
 from proxai.mock import Text, Turn
@@ -20,16 +20,6 @@ STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"
 NATIVE_MODEL = "anthropic/claude-opus-4-8"   # takes system messages in place
 OLDER_MODEL = "anthropic/claude-sonnet-4-6"  # does not
 FRENCH = "From now on answer in French."
-
-
-def traced(caplog, note: str) -> bool:
-    """Translation notes are logged (DEBUG) once the response is done: wait for them."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if any(note in r.getMessage() for r in caplog.records):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def received(mock) -> dict:

@@ -9,14 +9,12 @@ goes without thinking for that request. Every client protocol that translates to
 Anthropic, streaming and not, adaptive and budget thinking."""
 from __future__ import annotations
 
-import time
-
 import anthropic
 import pytest
 from google import genai
 from google.genai import types
 
-from harness import CLIENT_KEY
+from harness import CLIENT_KEY, traced
 from proxai.mock import Reasoning, Text, ToolCall, Turn
 
 STREAMS = pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
@@ -36,16 +34,6 @@ def start(harness, start_proxy):
         config["providers"]["anthropic"]["thinking_mode"] = mode
         return start_proxy(config)
     return go
-
-
-def traced(caplog, note: str) -> bool:
-    """The request's translation notes are logged (DEBUG) once the response is done: wait for them."""
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if any(note in r.getMessage() for r in caplog.records):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def first_assistant(mock) -> list:
