@@ -100,12 +100,16 @@ class Wire:
         return value if isinstance(value, dict) else None
 
     def body_paths(self, operation: str) -> dict[str, str]:
-        """path -> protocol of the client endpoints whose body names the model (no `{model}` in the path)."""
+        """path -> protocol of the client endpoints whose body names the model (no `{model}` in the path),
+        also with each root of the descriptor's `endpoints.also_under` in place of its own first segment."""
         out = {}
         for p in self.names:
             ep = self.endpoint(p, operation)
             if ep and "{model}" not in ep["path"]:
-                out[ep["path"]] = p
+                path = ep["path"]
+                out[path] = p
+                for root in self._d(p).section("endpoints").get("also_under") or ():
+                    out.setdefault(root + "/" + path.split("/", 2)[2], p)
         return out
 
     def model_paths(self) -> tuple[tuple[str, str, str, str, bool], ...]:
@@ -298,33 +302,38 @@ def _listed(value: str, patterns) -> bool:
 
 
 def protocol_hooks(protocols: Mapping[str, tuple]) -> tuple[dict, list[RuleError]]:
-    """The hooks of the protocols whose descriptor names a module of its own (`hooks:
-    hooks.py`, beside the protocol.yaml): its literal ``HOOKS`` table, every name
-    ``<protocol>.<name>``. A protocol added by a rules_dir brings its Python this way."""
-    import importlib.util
-
+    """The hooks of the protocols whose descriptor names modules of their own (`hooks:
+    hooks.py`, or a list of them, beside the protocol.yaml): each one's literal ``HOOKS``
+    table, every name ``<protocol>.<name>``. A protocol added by a rules_dir brings its
+    Python this way."""
     hooks, problems = {}, []
     for name, (doc, file) in protocols.items():
-        module_file = doc.get("hooks")
-        if not module_file:
-            continue
-        path = Path(file).parent / module_file
-        line = getattr(doc, "key_lines", {}).get("hooks")
-        try:
-            spec = importlib.util.spec_from_file_location(f"proxai_protocol_hooks.{name}", path)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        except (OSError, ImportError, SyntaxError) as err:
-            problems.append(RuleError(f"hooks module {module_file}: cannot load: {err}", file, line))
-            continue
-        table = getattr(module, "HOOKS", None)
-        if not isinstance(table, dict):
-            problems.append(RuleError(f"hooks module {module_file} has no HOOKS table", file, line))
-            continue
-        for key, fn in table.items():
-            if not str(key).startswith(name + "."):
-                problems.append(RuleError(f"hooks module {module_file}: hook {key!r} must be named {name}.<name>",
-                                          file, line))
-            else:
-                hooks[key] = fn
+        modules = doc.get("hooks") or ()
+        for module_file in [modules] if isinstance(modules, str) else modules:
+            _load_hooks(name, doc, file, module_file, hooks, problems)
     return hooks, problems
+
+
+def _load_hooks(name: str, doc, file, module_file: str, hooks: dict, problems: list) -> None:
+    import importlib.util
+
+    path = Path(file).parent / module_file
+    line = getattr(doc, "key_lines", {}).get("hooks")
+    try:
+        stem = Path(module_file).stem
+        spec = importlib.util.spec_from_file_location(f"proxai_protocol_hooks.{name}.{stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except (OSError, ImportError, SyntaxError) as err:
+        problems.append(RuleError(f"hooks module {module_file}: cannot load: {err}", file, line))
+        return
+    table = getattr(module, "HOOKS", None)
+    if not isinstance(table, dict):
+        problems.append(RuleError(f"hooks module {module_file} has no HOOKS table", file, line))
+        return
+    for key, fn in table.items():
+        if not str(key).startswith(name + "."):
+            problems.append(RuleError(f"hooks module {module_file}: hook {key!r} must be named {name}.<name>",
+                                      file, line))
+        else:
+            hooks[key] = fn

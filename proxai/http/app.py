@@ -731,7 +731,8 @@ def build_app(
     app[PROXY_KEY] = proxy
     for path in proxy.paths.generate:
         app.router.add_post(path, proxy.handle)
-        app.router.add_post(paths.unprefixed(path), proxy.handle)
+        if paths.unprefixed(path) is not None:
+            app.router.add_post(paths.unprefixed(path), proxy.handle)
     count_tokens.register(app, proxy, INFO_KEY)
     gemini_client.register(app, proxy, INFO_KEY, CAPTURE_KEY)
     models_endpoint.register(app, proxy, INFO_KEY)

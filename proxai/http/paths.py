@@ -3,24 +3,28 @@ shape an answer on a path takes (errors included)."""
 
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 from engine.wire import Wire
 
 PREFIX = "/v1"
 MODELS = "/v1/models"
+_VERSIONED = re.compile(r"/v\d+[a-z]\w*(/|$)")
 
 
 def canonical(path: str) -> str:
     """`/messages` and `/v1/messages` are the same endpoint (several clients and proxies
-    of this kind leave the prefix out); the canonical form has it."""
-    if path == PREFIX or path.startswith(PREFIX + "/"):
+    of this kind leave the prefix out); the canonical form has it. A path under another
+    version root (`/v1beta/interactions`) is its own canonical form."""
+    if path == PREFIX or path.startswith(PREFIX + "/") or _VERSIONED.match(path):
         return path
     return PREFIX + path
 
 
-def unprefixed(path: str) -> str:
-    return path[len(PREFIX):]
+def unprefixed(path: str) -> str | None:
+    """The path without the `/v1` prefix (None: it has none to leave out)."""
+    return path[len(PREFIX):] if path.startswith(PREFIX + "/") else None
 
 
 class Surface:
@@ -58,15 +62,16 @@ class Surface:
         """The protocol whose shape an answer on `path` takes. A path in one API family answers
         in its shape (`/v1/messages/...` and even `/v1/v1/messages` are Anthropic's); shared
         and unknown paths by the client's headers."""
+        served = canonical(path.rstrip("/") or "/")
+        if served in self.generate:  # a body endpoint under a model-in-path root (/v1beta/interactions)
+            return self.generate[served]
         for root, protocol in self._roots.items():
             if path == root or path.startswith(root + "/"):
                 return protocol
         by_method = self._model_method(path)
         if by_method is not None:
             return by_method
-        path = canonical(path.rstrip("/") or "/")
-        if path in self.generate:
-            return self.generate[path]
+        path = served
         if path in self.count_tokens:
             return self.count_tokens[path]
         segments = path.split("/")

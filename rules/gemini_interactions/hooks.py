@@ -1,0 +1,3 @@
+"""Gemini Interactions request-side hooks (names gemini_interactions.<name>)."""
+
+HOOKS = {}
