@@ -15,6 +15,7 @@ CHAT = "openai_chat_completions"
 RESPONSES = "openai_responses"
 ANTHROPIC = "anthropic_messages"
 GEMINI = "gemini_generate_content"
+INTERACTIONS = "gemini_interactions"
 
 
 def wire(rules_dir: str | None = None) -> Wire:

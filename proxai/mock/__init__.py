@@ -1,4 +1,4 @@
-"""Mock upstreams for the four protocols: exact wire format, scripted replies, recorded requests."""
+"""Mock upstreams for the built-in protocols: exact wire format, scripted replies, recorded requests."""
 
 from .replies import Error, Hang, Json, Stream, encode_event, native_error_body
 from .turn import Reasoning, RedactedReasoning, Refusal, Text, ToolCall, Turn, Usage

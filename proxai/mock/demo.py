@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from .replies import ANTHROPIC, CHAT, GEMINI, RESPONSES, Error
+from .replies import ANTHROPIC, CHAT, GEMINI, INTERACTIONS, RESPONSES, Error
 from .turn import Reasoning, Refusal, Text, ToolCall, Turn, Usage
 
 NAMES = {
@@ -19,6 +19,7 @@ NAMES = {
     RESPONSES: "OpenAI Responses",
     ANTHROPIC: "Anthropic Messages",
     GEMINI: "Gemini generateContent",
+    INTERACTIONS: "Gemini Interactions",
 }
 
 WEATHER = {"city": "Paris", "temperature_c": 18, "conditions": "sunny"}
@@ -50,6 +51,26 @@ def _responses_user_text(body: dict) -> str:
         return items
     messages = [i for i in items or [] if isinstance(i, dict) and i.get("role") == "user"]
     return _text_of(messages[-1].get("content")) if messages else ""
+
+
+def _interactions_steps(body: dict) -> list:
+    from .interactions_ledger import input_steps
+
+    return [s for s in input_steps(body) if isinstance(s, dict)]
+
+
+def _interactions_user_text(body: dict) -> str:
+    users = [s for s in _interactions_steps(body) if s.get("type") == "user_input"]
+    return _text_of(users[-1].get("content")) if users else ""
+
+
+def _interactions_tool_result(body: dict) -> str | None:
+    steps = _interactions_steps(body)
+    last = steps[-1] if steps else None
+    if last is not None and last.get("type") == "function_result":
+        out = last.get("result")
+        return out if isinstance(out, str) else json.dumps(out)
+    return None
 
 
 def _messages_user_text(body: dict) -> str:
@@ -103,8 +124,9 @@ def _anthropic_tool_result(body: dict) -> str | None:
 
 
 # Where each protocol's request has the last user text and a tool's result.
-_USER_TEXT = {GEMINI: _gemini_user_text, RESPONSES: _responses_user_text}
-_TOOL_RESULT = {GEMINI: _gemini_tool_result, RESPONSES: _responses_tool_result, CHAT: _chat_tool_result}
+_USER_TEXT = {GEMINI: _gemini_user_text, RESPONSES: _responses_user_text, INTERACTIONS: _interactions_user_text}
+_TOOL_RESULT = {GEMINI: _gemini_tool_result, RESPONSES: _responses_tool_result, CHAT: _chat_tool_result,
+                INTERACTIONS: _interactions_tool_result}
 
 
 def tool_result(protocol: str, body: dict) -> str | None:
@@ -164,7 +186,7 @@ def refusal(protocol: str, body: dict) -> Turn:
 def length(protocol: str, body: dict) -> Turn:
     text = "This answer is cut short because it reached the output token"
     return _text_turn(text, stop={CHAT: "length", ANTHROPIC: "max_tokens", RESPONSES: "incomplete:max_output_tokens",
-                                  GEMINI: "MAX_TOKENS"})
+                                  GEMINI: "MAX_TOKENS", INTERACTIONS: "incomplete"})
 
 
 def slow(protocol: str, body: dict) -> Turn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from proxai.protocols import ANTHROPIC, CHAT, GEMINI, RESPONSES  # noqa: F401  (re-exported)
+from proxai.protocols import ANTHROPIC, CHAT, GEMINI, INTERACTIONS, RESPONSES  # noqa: F401  (re-exported)
 
 NATIVE = object()  # Error body default: the protocol's own error shape
 
@@ -113,8 +113,14 @@ def _openai_error(status: int, message: str) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
+def _interactions_error(status: int, message: str) -> dict:
+    from .render_interactions import error_body
+
+    return error_body(status, message)
+
+
 # The error body of each protocol's real upstreams; OpenAI's for the rest.
-_ERROR_BODIES = {GEMINI: _gemini_error, ANTHROPIC: _anthropic_error}
+_ERROR_BODIES = {GEMINI: _gemini_error, ANTHROPIC: _anthropic_error, INTERACTIONS: _interactions_error}
 
 
 def native_error_body(protocol: str, status: int, message: str | None = None) -> dict:

@@ -36,6 +36,14 @@ class Reasoning:
 
 
 @dataclass
+class Image:
+    """Generated image output (base64 data); only the Interactions renderer shows it."""
+
+    data: str
+    mime_type: str = "image/png"
+
+
+@dataclass
 class RedactedReasoning:
     data: str
 

@@ -1,4 +1,4 @@
-"""In-process mock upstreams for the four protocols: a scripted FIFO of replies, and a record of
+"""In-process mock upstreams for the built-in protocols: a scripted FIFO of replies, and a record of
 every request received. With an empty queue each endpoint answers with the demo reply."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from . import demo, output_ceilings, render_anthropic, render_chat, render_gemini, render_responses
+from . import demo, output_ceilings, render_anthropic, render_chat, render_gemini, render_interactions, render_responses
+from .interactions_routes import PREFIX as INTERACTIONS_PATH, InteractionsEndpoints
 from .anthropic_thinking import ThinkingLedger
 from . import anthropic_system
-from .replies import ANTHROPIC, CHAT, GEMINI, NATIVE, RESPONSES, Error, Hang, Json, Stream, encode_event, native_error_body
+from .replies import ANTHROPIC, CHAT, GEMINI, INTERACTIONS, NATIVE, RESPONSES, Error, Hang, Json, Stream, encode_event, native_error_body
 from .turn import Turn
 
 PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages": ANTHROPIC}
@@ -25,7 +26,8 @@ PATHS = {"/v1/chat/completions": CHAT, "/v1/responses": RESPONSES, "/v1/messages
 COUNT_PATHS = {"/v1/messages/count_tokens": ANTHROPIC, "/v1/responses/input_tokens": RESPONSES}
 # Responses compaction (responses.compact): with an empty queue, the input's user messages and one compaction item.
 COMPACT_PATH = "/v1/responses/compact"
-RENDERERS = {CHAT: render_chat, RESPONSES: render_responses, ANTHROPIC: render_anthropic, GEMINI: render_gemini}
+RENDERERS = {CHAT: render_chat, RESPONSES: render_responses, ANTHROPIC: render_anthropic, GEMINI: render_gemini,
+             INTERACTIONS: render_interactions}
 # Gemini names the model and the method in the path: /v1beta/models/{model}:{method}.
 GEMINI_PATH = re.compile(r"^/v1(?:beta)?/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
 SSE_TYPE = "text/event-stream; charset=utf-8"
@@ -58,6 +60,8 @@ def protocol_for_path(path: str) -> str:
         return PATHS[path]
     if path in COUNT_PATHS:
         return COUNT_PATHS[path]
+    if INTERACTIONS_PATH.match(path):
+        return INTERACTIONS
     if path.startswith(("/v1beta/", "/v1/models/")):
         return GEMINI
     if path.rstrip("/").endswith("messages"):
@@ -90,7 +94,8 @@ MODEL_IN_PATH = {GEMINI: gemini_request}
 
 class MockUpstream:
     """Serves POST /v1/chat/completions, /v1/responses, /v1/messages and Gemini's
-    /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens on `app`.
+    /v1beta/models/{model}:generateContent | :streamGenerateContent | :countTokens, and the
+    Interactions API's /v1beta/interactions (and /v1) with GET, DELETE and cancel, on `app`.
 
     `enqueue` scripts replies (Json, Error, Stream, Hang, or a Turn rendered in the protocol of
     the path hit, streaming when the request's "stream" is true); `responder`, when set, answers
@@ -110,6 +115,9 @@ class MockUpstream:
         self.thinking = ThinkingLedger()
         # The rules a real API enforces across requests, by the protocol whose API it is.
         self.enforcers = {ANTHROPIC: self.thinking}
+        # The Interactions API's resources (create, get, delete, cancel) and what it served.
+        self.interactions = InteractionsEndpoints(self)
+        self.resources = {INTERACTIONS: self.interactions}
         self._closing = False
         self.url: str | None = None
         self._server = None
@@ -129,6 +137,7 @@ class MockUpstream:
         self.requests.clear()
         self.cut_short = 0
         self.thinking.clear()
+        self.interactions.ledger.clear()
 
     @property
     def pending(self) -> int:
@@ -191,6 +200,9 @@ class MockUpstream:
             raw_path=request.rel_url.raw_path,
         )
         self.requests.append(record)
+        resources = self.resources.get(protocol)
+        if resources is not None:
+            return await resources.handle(request, record)
         in_path = MODEL_IN_PATH.get(protocol)  # the model and the method in the URL (Gemini)
         gemini = in_path(path, record.body) if in_path is not None else None
         if gemini is not None and request.method == "POST":
