@@ -120,6 +120,9 @@ def test_live_list_phases_timeline_filters_and_no_credentials(page, inspector_pr
     assert stream_row.locator(".tokens").inner_text() == "12 / 4"
     assert stream_row.locator(".duration").inner_text().endswith("s")
     assert stream_row.locator(".ttfb").inner_text().endswith("s")
+    # the protocols by their descriptors' titles, coloured by API family
+    assert stream_row.locator(".pair .proto").all_inner_texts() == ["OpenAI Chat Completions", "Anthropic Messages"]
+    assert stream_row.locator(".pair .proto").first.get_attribute("class") == "proto openai"
 
     # two more, on other protocols, for the filters
     p.openai(api_key=PROXY_KEY).responses.create(model="chat/gpt-demo", input="hi", extra_headers={"x-request-id": "ui-responses"})

@@ -8,6 +8,8 @@ or in a URL's user part).
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -16,12 +18,11 @@ import orjson
 import engine
 from proxai.observability import capture
 from proxai.observability.logs import usage_fields
-from proxai.http.errors import ANTHROPIC, CHAT, GEMINI, RESPONSES, builtin_engine
+from proxai.http.errors import builtin_engine
+from proxai.http.paths import canonical
 from proxai.observability.inspector.record import ON_DISK, Entry
 from proxai.http.sse import SSEParser
 from proxai.http.streaming import Outcome
-
-PROTOCOL_PATHS = (("/chat/completions", CHAT), ("/responses", RESPONSES), ("/messages", ANTHROPIC))
 
 _SUMMARY_KEYS = ("request_id", "method", "path", "client_protocol", "route", "provider", "provider_protocol",
                  "model", "upstream_model", "stream", "outcome", "ttfb_ms", "duration_ms", "input_tokens",
@@ -64,14 +65,15 @@ def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captur
     if inbound is not None:
         method, _, rest = inbound.start_line.partition(" ")
         path = urlsplit(rest.rpartition(" ")[0] or rest).path
-        out.update(method=method, path=path, client_protocol=protocol_of(path))
+        out.update(method=method, path=path, client_protocol=protocol_of(path, eng))
         body = _json(inbound.body)
         if isinstance(body, dict):
             out["model"] = body.get("model") if isinstance(body.get("model"), str) else None
             out["stream"] = bool(body.get("stream"))
     provider = phases.get("provider_request")
     if provider is not None:
-        out["provider_protocol"] = protocol_of(urlsplit(provider.start_line.split(" ")[1] if " " in provider.start_line else "").path)
+        out["provider_protocol"] = protocol_of(
+            urlsplit(provider.start_line.split(" ")[1] if " " in provider.start_line else "").path, eng)
         body = _json(provider.body)
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             out["upstream_model"] = body["model"]
@@ -88,13 +90,47 @@ def disk_summary(request_id: str, mtime: float, phases: dict[str, capture.Captur
     return out
 
 
-def protocol_of(path: str) -> str | None:
-    if path.endswith((":generateContent", ":streamGenerateContent")):  # Gemini: /v1beta/models/{model}:{method}
-        return GEMINI
-    for suffix, protocol in PROTOCOL_PATHS:
-        if path.endswith(suffix):
+def protocol_of(path: str, eng: engine.Engine | None = None) -> str | None:
+    """The protocol a captured client or provider path speaks, by the descriptors' client
+    endpoints and upstream paths (a provider's path ends with its upstream path below the
+    base URL); None for a path no protocol serves."""
+    wire = (eng or builtin_engine()).wire
+    for pattern, protocol in _path_patterns(wire):
+        if pattern.search(path) or pattern.search(canonical(path)):
             return protocol
     return None
+
+
+@functools.lru_cache(maxsize=8)
+def _path_patterns(wire) -> tuple[tuple[re.Pattern, str], ...]:
+    """(pattern, protocol) for every path template of every operation of every protocol,
+    matching at the end of a path, the longest template first; `{model}` and any other
+    placeholder stand for one or more characters."""
+    found: dict[str, str] = {}
+    for protocol in wire.names:
+        descriptor = wire.descriptors[protocol]
+        endpoints, upstream = descriptor.section("endpoints"), descriptor.section("upstream")
+        roots = endpoints.get("also_under") or ()
+        for section in (endpoints, upstream):
+            for op in section.values():
+                if not isinstance(op, dict):
+                    continue
+                for template in (op.get("path"), op.get("stream_path"), (op.get("stream") or {}).get("path")
+                                 if isinstance(op.get("stream"), dict) else None):
+                    if not isinstance(template, str) or not template.startswith("/"):
+                        continue
+                    found.setdefault(template, protocol)
+                    if section is endpoints:
+                        for root in roots:  # /v1beta/models/... also served under /v1/models/...
+                            parts = template.split("/", 2)
+                            if len(parts) == 3:
+                                found.setdefault(root + "/" + parts[2], protocol)
+    patterns = []
+    for template in sorted(found, key=len, reverse=True):
+        regex = "".join(".+" if re.fullmatch(r"\{\w+\}", part) else re.escape(part)
+                        for part in re.split(r"(\{\w+\})", template))
+        patterns.append((re.compile(regex + "$"), found[template]))
+    return tuple(patterns)
 
 
 # --- one request ------------------------------------------------------------------------
@@ -128,7 +164,7 @@ def detail(entry: Entry) -> dict[str, Any]:
 
 
 def disk_detail(request_id: str, phases: dict[str, capture.Captured], mtime: float, eng: engine.Engine) -> dict[str, Any]:
-    summ = disk_summary(request_id, mtime, phases)
+    summ = disk_summary(request_id, mtime, phases, eng)
     out = {
         "summary": summ,
         "phases": {p: phase_view(c, False) for p, c in phases.items()},

@@ -119,6 +119,9 @@ class InspectorWeb:
             "ring_size": self.ring.size,
             "capture_to_disk": self.proxy.recorder is not None,
             "protocols": list(self.proxy.engine.wire.names),
+            # Each protocol's title and API family, from its descriptor (the list's labels).
+            "protocol_info": {p: {"title": self.proxy.engine.wire.title(p), "family": self.proxy.engine.wire.family(p)}
+                              for p in self.proxy.engine.wire.names},
         })
 
     async def request(self, request: web.Request) -> web.StreamResponse:

@@ -10,11 +10,8 @@ const PHASES = [
   ["upstream_response", "Upstream response", "3"],
   ["outbound_response", "Client response", "4"],
 ];
-const SHORT = {
-  openai_chat_completions: "chat",
-  openai_responses: "responses",
-  anthropic_messages: "anthropic",
-};
+// protocol id -> {title, family}, from the protocols' descriptors (GET api/requests).
+let PROTOCOLS = {};
 const FILTERS = ["f-client", "f-provider", "f-model", "f-status", "f-outcome"];
 
 const state = { rows: new Map(), selected: null, detail: null, pane: "phases", fresh: new Set() };
@@ -54,8 +51,8 @@ function fmtMs(v) {
 }
 function proto(p) {
   if (!p) return el("span", { class: "muted", text: "?" });
-  const s = SHORT[p] || p;
-  return el("span", { class: `proto ${s}`, title: p, text: s });
+  const info = PROTOCOLS[p] || {};
+  return el("span", { class: `proto ${info.family || ""}`, title: p, text: info.title || p });
 }
 function compact(v, limit) {
   const text = typeof v === "string" ? v : JSON.stringify(v);
@@ -172,7 +169,7 @@ function refreshFilterOptions() {
     const have = [...select.options].slice(1).map((o) => o.value);
     if (have.join("\n") === values.join("\n")) continue;
     fill(select, el("option", { value: "", text: "all" }),
-      ...values.map((v) => el("option", { value: v, text: id === "f-client" ? `${SHORT[v] || v} (${v})` : v })));
+      ...values.map((v) => el("option", { value: v, text: id === "f-client" ? `${(PROTOCOLS[v] || {}).title || v} (${v})` : v })));
     select.value = current;
   }
 }
@@ -213,6 +210,7 @@ async function loadList() {
   if (!res.ok) return;
   const doc = await res.json();
   state.rows = new Map(doc.requests.map((r) => [r.key, r]));
+  PROTOCOLS = doc.protocol_info || {};
   if (!$("t-from").options.length) fillProtocols(doc.protocols);
   renderList();
 }
