@@ -370,9 +370,11 @@ def test_count_tokens_passthrough_forwards_the_body_unchanged(proxy, mock):
 def test_demo_mode_lists_its_models(harness):
     p = harness.start_demo()
     try:
-        assert [m.id for m in p.openai().models.list()] == ["demo", "chat/demo", "responses/demo", "anthropic/demo", "gemini/demo"]
+        assert [m.id for m in p.openai().models.list()] == ["demo", "chat/demo", "responses/demo", "anthropic/demo", "gemini/demo",
+                                                           "interactions/demo"]
         # "demo" is the Anthropic default provider's, listed where that provider names it
-        assert [m.id for m in p.anthropic().models.list()] == ["chat/demo", "responses/demo", "demo", "anthropic/demo", "gemini/demo"]
+        assert [m.id for m in p.anthropic().models.list()] == ["chat/demo", "responses/demo", "demo", "anthropic/demo", "gemini/demo",
+                                                              "interactions/demo"]
         assert p.anthropic().messages.count_tokens(model="anthropic/demo", messages=MESSAGES).input_tokens > 0
     finally:
         p.stop()

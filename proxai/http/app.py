@@ -33,7 +33,7 @@ from proxai.endpoints import responses_compact
 from proxai.routing.caching import caching_context
 from proxai.http import errors as E
 from proxai.routing.config import Config, ProviderConfig, RouteConfig, ServerConfig, StateConfig
-from proxai.protocols import ANTHROPIC, CHAT, GEMINI, RESPONSES
+from proxai.protocols import ANTHROPIC, CHAT, GEMINI, INTERACTIONS, RESPONSES
 from proxai.observability.logs import add_earlier_usage, log_request, usage_fields
 from proxai.observability.metrics import Metrics
 from proxai.http.origin import is_loopback as _is_loopback
@@ -772,17 +772,21 @@ def demo_config(mock_url: str, server: ServerConfig | None = None, capture_phase
         "demo-anthropic": ProviderConfig("demo-anthropic", ANTHROPIC, mock_url, "demo-key",
                                          models=("demo", "anthropic/demo")),
         "demo-gemini": ProviderConfig("demo-gemini", GEMINI, mock_url, "demo-key", models=("gemini/demo",)),
+        "demo-interactions": ProviderConfig("demo-interactions", INTERACTIONS, mock_url, "demo-key",
+                                            models=("interactions/demo",)),
     }
     routes = tuple(
         RouteConfig(name=f"demo-{prefix}", model_pattern=f"^{prefix}/(.+)$", provider=name, match_kind="regex", upstream_model="$1")
         for prefix, name in (("chat", "demo-chat"), ("responses", "demo-responses"), ("anthropic", "demo-anthropic"),
-                             ("gemini", "demo-gemini"))
+                             ("gemini", "demo-gemini"), ("interactions", "demo-interactions"))
     )
     return Config(
         providers=providers,
         server=server or ServerConfig(),
         # Gemini clients: `chat/...`, `responses/...`, `anthropic/...` pick a provider; other names go to Chat.
-        default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic", GEMINI: "demo-chat"},
+        # Interactions clients: other names go to the Interactions mock (the protocol's own upstream).
+        default_providers={CHAT: "demo-chat", RESPONSES: "demo-responses", ANTHROPIC: "demo-anthropic", GEMINI: "demo-chat",
+                           INTERACTIONS: "demo-interactions"},
         routes=routes,
         tool_call_timeout_secs=120.0,
         state=StateConfig(backend="memory"),
