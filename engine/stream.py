@@ -171,6 +171,8 @@ class StreamRules:
         # plain values (the usual state) are copied per stream without deepcopy's walk
         self.flat_state = all(v is None or isinstance(v, (str, int, float)) for v in self.initial_state.values())
         self.named_sse = doc.get("sse", "named") == "named"
+        # the data field an `event:` line repeats (Interactions names its events in event_type)
+        self.event_name = str(doc.get("event_name", "type"))
         self.overlap = doc.get("overlap", True)
         self.unknown_is_error = doc.get("unknown", "ignore") == "error"
         for name in compiler.named_src:
@@ -323,6 +325,7 @@ class StreamTranslator:
         # Calls of tools the provider saw under another name or form (engine/toolcalls.py).
         self.restorer = StreamRestorer(ctx.tool_calls) if getattr(ctx, "tool_calls", None) else None
         self.named = encoder.named_sse
+        self.event_name = encoder.event_name
         self.stamp = self.encoder.stamp
         self.complete = False
         self.failed = False
@@ -478,5 +481,5 @@ class StreamTranslator:
         if self.stamp is not None:
             item = self.stamp(item)
         if self.named:
-            return b"".join((b"event: ", item["type"].encode(), b"\ndata: ", orjson.dumps(item), b"\n\n"))
+            return b"".join((b"event: ", item[self.event_name].encode(), b"\ndata: ", orjson.dumps(item), b"\n\n"))
         return b"".join((b"data: ", orjson.dumps(item), b"\n\n"))
