@@ -335,5 +335,8 @@ def _load_hooks(name: str, doc, file, module_file: str, hooks: dict, problems: l
         if not str(key).startswith(name + "."):
             problems.append(RuleError(f"hooks module {module_file}: hook {key!r} must be named {name}.<name>",
                                       file, line))
+        elif key in hooks:
+            problems.append(RuleError(f"hooks module {module_file}: hook {key!r} is already defined by another "
+                                      "hooks module of the protocol", file, line))
         else:
             hooks[key] = fn

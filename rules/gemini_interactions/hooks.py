@@ -8,6 +8,7 @@ from __future__ import annotations
 from engine.errors import InvalidRequest
 from engine.hooks import continuation
 from engine.hooks.gemini_client import decode_b64
+from engine.hooks.instructions import later_instructions
 
 # The types of Content (content.py); a list of only these is one user turn.
 CONTENT_TYPES = frozenset({"text", "image", "audio", "document", "video"})
@@ -51,7 +52,38 @@ def input_kind(scope, input=None):
     raise InvalidRequest("input must be a string, a Content or a list of Content or Steps", param="input")
 
 
+def instructions_folded(scope):
+    """Request encode, on the IR: Interactions has instructions only in
+    ``system_instruction``; later ones fold there (the template does it), traced."""
+    ir, ctx = scope.cur, scope.ctx
+    if isinstance(ir, dict) and ctx is not None:
+        later = later_instructions(ir.get("messages"))
+        if later:
+            ctx.trace(f"{len(later)} system/developer message(s) after the first turn folded into "
+                      "system_instruction (Interactions has no instructions in place)")
+    return ir
+
+
+def join_model_outputs(scope):
+    """Request encode, on the provider request: adjacent model_output steps are one."""
+    body = scope.cur
+    steps = body.get("input") if isinstance(body, dict) else None
+    if not isinstance(steps, list):
+        return body
+    out: list = []
+    for step in steps:
+        prev = out[-1] if out else None
+        if isinstance(step, dict) and step.get("type") == "model_output" and isinstance(prev, dict) \
+                and prev.get("type") == "model_output" and "error" not in prev:
+            out[-1] = {**prev, "content": [*(prev.get("content") or ()), *(step.get("content") or ())]}
+            continue
+        out.append(step)
+    return {**body, "input": out}
+
+
 HOOKS = {
+    "gemini_interactions.instructions_folded": instructions_folded,
+    "gemini_interactions.join_model_outputs": join_model_outputs,
     "gemini_interactions.envelope": envelope,
     "gemini_interactions.input_kind": input_kind,
 }
