@@ -296,8 +296,10 @@ def test_stream_decode_failures_are_errors(eng):
     failed = run(eng, [created(), {"event_type": "interaction.completed",
                                    "interaction": {"id": "v1_s", "status": "failed"}}])
     assert failed[-1]["type"] == "error" and failed[-1]["status"] == 502
-    err = run(eng, [created(), {"event_type": "error", "error": {"code": "RESOURCE_EXHAUSTED", "message": "quota"}}])
-    assert err[-1] == {"type": "error", "status": 429, "error_type": "RESOURCE_EXHAUSTED", "message": "quota"}
+    err = run(eng, [created(), {"event_type": "error", "error": {"code": "rate_limit_exceeded", "message": "quota"}}])
+    assert err[-1] == {"type": "error", "status": 429, "error_type": "rate_limit_exceeded", "message": "quota"}
+    google = run(eng, [created(), {"event_type": "error", "error": {"code": "UNAVAILABLE", "message": "busy"}}])
+    assert google[-1]["status"] == 503
     cut = run(eng, [created(), {"event_type": "step.start", "index": 0, "step": {"type": "model_output", "content": []}},
                     delta(0, type="text", text="partial")])
     assert cut[-1]["type"] == "error" and cut[-1]["error_type"] == "incomplete_stream"
@@ -405,7 +407,7 @@ def test_stream_encode_a_failure_ends_with_an_error_event(eng, ending):
     assert events[-1]["event_type"] == "error"
     assert not any(e["event_type"] == "interaction.completed" for e in events)
     if ending["type"] == "error":
-        assert events[-1]["error"] == {"code": "RESOURCE_EXHAUSTED", "message": "slow down"}
+        assert events[-1]["error"] == {"code": "rate_limit_exceeded", "message": "slow down"}
 
 
 def sse(events: list[dict]) -> bytes:
