@@ -177,7 +177,7 @@ class Layered:
 
 _MERGED_KEYS = ("on", "templates", "state", "params")
 #: protocol.yaml sections merged key by key under an override (the rest replace).
-_PROTOCOL_MERGED_KEYS = ("templates", "endpoints", "headers", "upstream", "stream", "errors", "models", "summary", "gen_ai")
+_PROTOCOL_MERGED_KEYS = ("templates", "endpoints", "headers", "upstream", "stream", "errors", "models", "summary", "gen_ai", "state")
 
 
 def _merge_sections(base, doc, keys):

@@ -93,6 +93,12 @@ class Wire:
     def with_feature(self, feature: str) -> tuple[str, ...]:
         return tuple(p for p in self.names if self.has(p, feature))
 
+    def state(self, protocol: str | None) -> dict | None:
+        """The protocol's `state:` section (the proxy's server-side state for its clients), or None."""
+        if protocol not in self.descriptors:
+            return None
+        return self.descriptors[protocol].section("state") or None
+
     # --- the client side --------------------------------------------------------------
     def endpoint(self, protocol: str, operation: str) -> dict | None:
         """The client endpoint of an operation (`generate`, `count_tokens`), or None."""

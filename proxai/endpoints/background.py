@@ -544,7 +544,7 @@ def _json(status: int, body: Any) -> web.Response:
     return response
 
 
-async def answer(proxy, request: web.Request, endpoint: str) -> web.StreamResponse | None:
+async def answer(proxy, request: web.Request, endpoint: str, spec=None) -> web.StreamResponse | None:
     """GET /v1/responses/{id} (polled, or streamed with stream=true) and DELETE for a
     background run; None when the id is not one (the stored responses answer it)."""
     state = proxy.state

@@ -14,7 +14,7 @@ import dataclasses
 from aiohttp import web
 
 from engine.wire import Target
-from proxai.endpoints import compaction
+from proxai.endpoints import compaction, state_spec
 from proxai.http import ingress, paths
 from proxai.http import errors as E
 from proxai.protocols import RESPONSES
@@ -72,7 +72,7 @@ async def _compact_on(proxy, request: web.Request, info: dict, body: dict, raw: 
         return await proxy.passthrough(request, RESPONSES, provider, raw, False, info, target, body=body)
     if body.get("previous_response_id") is not None and proxy.state is not None:
         body["store"] = False  # resolved into input; nothing of the compaction is stored
-        await proxy.state.begin(request, body, provider.name)
+        await proxy.state.begin(request, body, provider.name, state_spec.of(proxy.engine.wire, RESPONSES))
     items = _items(body.get("input"))
     body["input"] = [*items, TRIGGER]
     ctx = proxy.translation_context(request, RESPONSES, match, body)

@@ -42,6 +42,8 @@ from prometheus_client import Counter, Gauge, Histogram
 from proxai.http import errors as E
 from proxai.routing import clients
 from proxai.http import requestid
+from proxai.endpoints import replay, state_spec
+from proxai.endpoints.state_spec import StateSpec
 from proxai.protocols import RESPONSES
 from proxai.state import ChainTooDeep, RecordTooLarge, ResponseRecord, StateError, StateStore, create
 
@@ -55,9 +57,6 @@ SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "respon
                              "response.incomplete", "response.failed"})
 TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
 STORED_EVENTS = frozenset({"response.completed", "response.incomplete"})
-_SNAPSHOT_EVENTS = frozenset(name.encode() for name in SNAPSHOT_EVENTS)
-_STORED_TERMINALS = frozenset(name.encode() for name in STORED_EVENTS)
-_STORED_STATUSES = frozenset({"completed", "incomplete"})
 
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _TENANT_KEY = "state:tenant-key"
@@ -65,9 +64,6 @@ _SWEEP_EVERY_SECS = 60.0
 PROBE_EVERY_SECS = 2.0  # how soon a store that went down shows in /readyz, the gauge and the log
 RECONNECT_MIN_SECS = 0.5
 RECONNECT_MAX_SECS = 30.0
-
-_ITEM_ID_PREFIX = {"message": "msg_", "function_call": "fc_", "function_call_output": "fco_",
-                   "custom_tool_call": "ctc_", "custom_tool_call_output": "ctco_", "reasoning": "rs_"}
 
 
 class StateUnavailable(E.ProxyError):
@@ -250,75 +246,89 @@ class ResponsesState:
 
     # --- POST /v1/responses toward another protocol ---
 
-    async def begin(self, request: web.Request, body: dict, provider: str) -> "Turn":
-        """Resolve previous_response_id into `body["input"]` (in place) and open the turn."""
-        new_items = _input_items(body.get("input"))
-        parent_id = body.get("previous_response_id")
+    async def begin(self, request: web.Request, body: dict, provider: str, spec: StateSpec | None = None) -> "Turn":
+        """Resolve the previous id (previous_response_id) into the input (in place) and open the
+        turn; `spec` is the client protocol's state section (default: the Responses API's)."""
+        spec = spec or state_spec.builtin(RESPONSES)
+        new_items = spec.input_items(body.get(spec.input))
+        parent_id = body.get(spec.previous)
         if parent_id is not None and (not isinstance(parent_id, str) or not parent_id):
-            raise E.InvalidRequest("previous_response_id must be a non-empty string", param="previous_response_id")
-        store = body.get("store") is not False
+            raise E.InvalidRequest(f"{spec.previous} must be a non-empty string", param=spec.previous)
+        store = body.get(spec.store) is not False
         # A turn that neither continues nor is stored needs no tenant, so no store: it is
         # served while the store is down. One that does fails here, before the provider is called.
         tenant = self.tenant(request) if parent_id is not None or store else ""
         chain_ids: set = set()
         if parent_id is not None:
-            chain = await self._chain(tenant, parent_id)
+            chain = await self._chain(tenant, parent_id, spec)
             history: list = []
             for record in chain:
                 chain_ids.add(record.id)
                 history.extend(record.input_items)
-                history.extend(record.output_items)
-            body["input"] = history + copy.deepcopy(new_items)
-            del body["previous_response_id"]
-        turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store, chain_ids)
+                output = record.response.get(spec.output)
+                history.extend(output if isinstance(output, list) else [])
+            body[spec.input] = history + copy.deepcopy(new_items)
+            del body[spec.previous]
+        turn = Turn(self, tenant, parent_id, provider, body.get("model"), new_items, store, chain_ids, spec)
         turn.fixed_id = getattr(request, "fixed_response_id", None)  # a background run's request has one
         if store:
             size = len(orjson.dumps(new_items))
             if size > self.store.max_record_bytes:
                 raise E.InvalidRequest(
                     f"this turn's input is {size} bytes, over the stored-response limit state.max_record_bytes "
-                    f"({self.store.max_record_bytes}); send it with store: false, or raise the limit", param="input")
+                    f"({self.store.max_record_bytes}); send it with {spec.store}: false, or raise the limit", param=spec.input)
         return turn
 
-    async def _chain(self, tenant: str, response_id: str) -> list[ResponseRecord]:
+    async def _chain(self, tenant: str, response_id: str, spec: StateSpec) -> list[ResponseRecord]:
         try:
             chain = await self.store.chain(tenant, response_id)
         except ChainTooDeep as exc:
-            raise E.InvalidRequest(f"{exc}; start a new conversation with the history in input",
-                                   param="previous_response_id") from None
+            raise E.InvalidRequest(f"{exc}; start a new conversation with the history in {spec.input}",
+                                   param=spec.previous) from None
         except StateError as exc:
             raise StateUnavailable(f"the state store is unavailable: {exc}") from None
-        if chain is None:
-            raise _not_found_previous(response_id)
+        if chain is None or chain[-1].client_protocol != spec.protocol:  # another protocol's record is not this one's
+            raise spec.not_found_previous(response_id)
         return chain
 
-    # --- GET / DELETE /v1/responses/{id}, GET /v1/responses/{id}/input_items ---
+    # --- GET / DELETE of the resource ({paths} of the state section), its input items ---
 
-    async def retrieve(self, request: web.Request) -> web.Response:
-        record = await self._record(request)
+    async def retrieve(self, request: web.Request, spec: StateSpec) -> web.StreamResponse:
+        record = await self._record(request, spec)
+        if request.query.get("stream", "false").lower() == "true" and spec.event_id:
+            return await replay.stream(self, request, spec, record)
         return _json(200, record.response)
 
-    async def delete(self, request: web.Request) -> web.Response:
-        response_id, _ = await self._stored(request, self.store.delete)
-        return _json(200, {"id": response_id, "object": "response", "deleted": True})
-
-    async def input_items(self, request: web.Request) -> web.Response:
-        _, items = await self._stored(request, self.store.list_items)
-        return _json(200, page(items, request.query, "input item", "this response"))
-
-    async def _record(self, request: web.Request) -> ResponseRecord:
-        return (await self._stored(request, self.store.get))[1]
-
-    async def _stored(self, request: web.Request, read) -> tuple[str, Any]:
-        """`read(tenant, response_id)` for the path's response id: a store failure is a 503, a
-        missing (None or False) result a 404."""
-        response_id = request.match_info["response_id"]
+    async def delete(self, request: web.Request, spec: StateSpec) -> web.Response:
+        response_id, _ = await self._stored(request, self.store.delete, spec)
         try:
-            found = await read(self.tenant(request), response_id)
+            await self.store.kv_delete(replay.events_key(self.tenant(request), response_id))
+        except StateError as exc:  # the record is gone; its events expire with the TTL
+            log.warning("state: could not drop the stream events of %s: %s", response_id, exc)
+        return _json(200, {"id": response_id, "object": spec.object, "deleted": True})
+
+    async def input_items(self, request: web.Request, spec: StateSpec) -> web.Response:
+        _, items = await self._stored(request, self.store.list_items, spec)
+        return _json(200, page(items, request.query, "input item", f"this {spec.noun}"))
+
+    async def _record(self, request: web.Request, spec: StateSpec) -> ResponseRecord:
+        return (await self._stored(request, self.store.get, spec))[1]
+
+    async def _stored(self, request: web.Request, read, spec: StateSpec) -> tuple[str, Any]:
+        """`read(tenant, response_id)` for the path's id: a store failure is a 503, a missing
+        (None or False) result, or another protocol's record, a 404."""
+        response_id = request.match_info["response_id"]
+        tenant = self.tenant(request)
+        try:
+            if read != self.store.get:  # a record of another protocol is not this one's to change
+                record = await self.store.get(tenant, response_id)
+                if record is not None and record.client_protocol != spec.protocol:
+                    raise spec.not_found(response_id)
+            found = await read(tenant, response_id)
         except StateError as exc:
             raise StateUnavailable(f"the state store is unavailable: {exc}") from None
-        if found is None or found is False:
-            raise _not_found(response_id)
+        if found is None or found is False or (isinstance(found, ResponseRecord) and found.client_protocol != spec.protocol):
+            raise spec.not_found(response_id)
         return response_id, found
 
 
@@ -326,7 +336,7 @@ class Turn:
     """One stateful POST: patches the client's response and writes the record before it goes out."""
 
     def __init__(self, state: ResponsesState, tenant: str, parent_id: str | None, provider: str,
-                 model: Any, input_items: list, store: bool, chain_ids: set):
+                 model: Any, input_items: list, store: bool, chain_ids: set, spec: StateSpec):
         self.state = state
         self.tenant = tenant
         self.parent_id = parent_id
@@ -335,13 +345,16 @@ class Turn:
         self.input_items = input_items
         self.store = store
         self.chain_ids = chain_ids
+        self.spec = spec
         self.committed = False
         self.fixed_id: str | None = None  # a background run's: minted before the provider answered
 
     def patch(self, response: dict) -> dict:
-        """The echo fields OpenAI's Response carries for state."""
-        response["previous_response_id"] = self.parent_id
-        response["store"] = self.store
+        """The echo fields the protocol's resource carries for state (previous_response_id, store)."""
+        if "previous" in self.spec.echo:
+            response[self.spec.previous] = self.parent_id
+        if "store" in self.spec.echo:
+            response[self.spec.store] = self.store
         return response
 
     async def claim_id(self, response_id: str) -> str:
@@ -360,25 +373,28 @@ class Turn:
             raise StateUnavailable(f"the state store is unavailable: {exc}") from None
         return _remint(response_id) if taken else response_id
 
-    async def commit(self, response: dict, *, claimed: bool = False) -> None:
-        """Write the record (a no-op with store false, or for a response that did not complete).
-        An id that is taken already gets a suffix (some providers repeat ids), unless the stream
-        already `claimed` it."""
-        if not self.store or self.committed or response.get("status") not in _STORED_STATUSES:
+    async def commit(self, response: dict, *, claimed: bool = False, events: list | None = None) -> None:
+        """Write the record (a no-op with store false, or for a response that did not complete),
+        and a stream's `events` (SSE frames) for GET ?stream=true. An id that is taken already
+        gets a suffix (some providers repeat ids), unless the stream already `claimed` it."""
+        if not self.store or self.committed or response.get("status") not in self.spec.stored_statuses:
             return
         if not claimed and (response["id"] == self.parent_id or response["id"] in self.chain_ids):
             response["id"] = _remint(response["id"])
         record = ResponseRecord(
-            id=response["id"], tenant=self.tenant, parent_id=self.parent_id, client_protocol=RESPONSES,
+            id=response["id"], tenant=self.tenant, parent_id=self.parent_id, client_protocol=self.spec.protocol,
             provider=self.provider, model=self.model, input_items=self.input_items, response=response,
         )
+        store = self.state.store
         try:
-            if not await self.state.store.put(record, only_if_absent=not claimed):
+            if not await store.put(record, only_if_absent=not claimed):
                 record.id = response["id"] = _remint(response["id"])
-                await self.state.store.put(record, only_if_absent=True)
+                await store.put(record, only_if_absent=True)
+            if events:
+                await store.kv_set(replay.events_key(self.tenant, record.id), orjson.dumps(events), ttl_secs=store.ttl_secs)
         except RecordTooLarge as exc:
-            raise E.ProxyError(f"the response could not be stored: {exc}; resend with store: false, or raise the limit",
-                               status=500, code="server_error") from None
+            raise E.ProxyError(f"the response could not be stored: {exc}; resend with {self.spec.store}: false, or raise "
+                               "the limit", status=500, code="server_error") from None
         except StateError as exc:
             raise StateUnavailable(f"the response could not be stored: {exc}") from None
         self.committed = True
@@ -395,61 +411,94 @@ class Turn:
 
 
 class _StreamTee:
-    """Wraps the client's stream writer: patches lifecycle snapshots and commits the record
-    before the terminal event is written. The translator writes whole `event:`/`data:`
-    frames, so frames split cleanly at blank lines."""
+    """Wraps the client's stream writer: patches lifecycle snapshots (and the events naming
+    the resource by id) and commits the record before the terminal event is written. The
+    translator writes whole `event:`/`data:` frames, so frames split cleanly at blank lines.
+    A protocol whose events carry resumable ids (`stream.event_id`) has its frames kept for
+    GET ?stream=true; one whose terminal snapshot may leave its output out (`stream.steps`)
+    has the output rebuilt from the item events for the stored copy."""
 
     def __init__(self, inner, turn: Turn):
         self._inner = inner
         self._turn = turn
+        spec = self._spec = turn.spec
         self._seq = -1
         self._snapshot: dict | None = None
-        self._id: str | None = None  # the claimed response id, once response.created went by
+        self._id: str | None = None  # the claimed response id, once the first snapshot went by
         self._dead = False  # the stream ended with a state error: nothing more goes out
+        # Responses: only the lifecycle events need reading; the rest go by untouched.
+        names = [name.decode() for name in spec.snapshot_events]
+        prefix = names[0][:names[0].rfind(".") + 1] if names else ""
+        self._marker = b"event: " + prefix.encode() if prefix and all(n.startswith(prefix) for n in names) else b""
+        self._every = bool(spec.id_field or spec.event_id or spec.steps) or not self._marker
+        self._frames: list | None = [] if spec.event_id and turn.store else None
+        self._steps = replay.Steps(spec.steps) if spec.steps else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    async def _fail(self, out: list, err: E.ProxyError, snapshot: dict | None) -> None:
+        await self._inner.write(b"".join(out) + E.render_stream(
+            self._spec.protocol, err, sequence_number=self._seq, response=snapshot))
+        self._dead = True
+
     async def write(self, data: bytes) -> None:
         if self._dead:
             return
-        if b"event: response." not in data:
+        if not self._every and self._marker not in data:
             self._track(data)
             await self._inner.write(data)
             return
+        spec = self._spec
         out: list[bytes] = []
         for frame in data.split(b"\n\n"):
             if not frame:
                 continue
             name, payload = _frame(frame)
-            if payload is not None and isinstance(payload.get("sequence_number"), int):
+            if payload is None:
+                out.append(frame + b"\n\n")
+                continue
+            if isinstance(payload.get("sequence_number"), int):
                 self._seq = max(self._seq, payload["sequence_number"])
-            if name in _SNAPSHOT_EVENTS and payload is not None and isinstance(payload.get("response"), dict):
-                snapshot = payload["response"]
+            if self._steps is not None:
+                self._steps.feed(name, payload)
+            changed = False
+            if spec.id_field and self._id is not None and isinstance(payload.get(spec.id_field), str):
+                payload[spec.id_field] = self._id
+                changed = True
+            snapshot = payload.get(spec.snapshot_field)
+            if name in spec.snapshot_events and isinstance(snapshot, dict):
+                changed = True
                 if self._id is None and isinstance(snapshot.get("id"), str):
                     try:
                         self._id = await self._turn.claim_id(snapshot["id"])
                     except E.ProxyError as err:
-                        await self._inner.write(b"".join(out) + E.render_stream(
-                            RESPONSES, err, sequence_number=self._seq, response=snapshot))
-                        self._dead = True
+                        await self._fail(out, err, snapshot)
                         return
                 if self._id is not None:
                     snapshot["id"] = self._id
                 self._snapshot = self._turn.patch(snapshot)
-                if name in _STORED_TERMINALS:
+                if name in spec.terminal_events:
                     if out:
                         await self._inner.write(b"".join(out))
                         out = []
+                    stored = snapshot
+                    if self._steps is not None and not isinstance(snapshot.get(spec.output), list):
+                        stored = dict(snapshot, **{spec.output: self._steps.items()})
+                    final = b"event: " + name + b"\ndata: " + orjson.dumps(payload)
                     try:
-                        await self._turn.commit(payload["response"], claimed=True)
+                        await self._turn.commit(stored, claimed=True,
+                                                events=None if self._frames is None else self._frames + [final.decode()])
                     except E.ProxyError as err:
                         log.error("state: %s", err.message)
-                        failed = dict(self._snapshot)
-                        await self._inner.write(E.render_stream(RESPONSES, err, sequence_number=self._seq, response=failed))
-                        self._dead = True
+                        await self._fail(out, err, dict(self._snapshot))
                         return
-                frame = b"event: " + name + b"\ndata: " + orjson.dumps(payload)
+                    snapshot["id"] = stored["id"]
+            if changed:
+                frame = b"event: " + name + b"\ndata: " + orjson.dumps(payload) if name is not None else \
+                    b"data: " + orjson.dumps(payload)
+            if self._frames is not None:
+                self._frames.append(frame.decode())
             out.append(frame + b"\n\n")
         if out:
             await self._inner.write(b"".join(out))
@@ -487,47 +536,11 @@ def _frame(frame: bytes) -> tuple[bytes | None, dict | None]:
 
 
 def _input_items(value: Any) -> list:
-    """The request's input as stored items: the string form becomes a user message, easy
-    messages get `type: message`, and every item an id (input_items lists them by id).
-    The decoder validates the items themselves later, so odd shapes are kept as sent."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": value}]}]
-    if not isinstance(value, list):
-        return []
-    items = []
-    for item in value:
-        if not isinstance(item, dict):
-            items.append(item)
-            continue
-        item = copy.deepcopy(item)
-        kind = item.get("type")
-        if kind is None and "role" in item:
-            item["type"] = kind = "message"
-        if kind == "message" and isinstance(item.get("content"), str):
-            part = "output_text" if item.get("role") == "assistant" else "input_text"
-            item["content"] = [{"type": part, "text": item["content"]}]
-            if part == "output_text":
-                item["content"][0]["annotations"] = []
-        if not item.get("id"):
-            item["id"] = _ITEM_ID_PREFIX.get(kind, "item_") + uuid.uuid4().hex
-        if kind in ("message", "function_call_output", "custom_tool_call_output") and "status" not in item:
-            item["status"] = "completed"
-        items.append(item)
-    return items
+    """A Responses input (a conversation's items) as stored items."""
+    return state_spec.builtin(RESPONSES).input_items(value)
 
 
 # --- errors and responses -------------------------------------------------------------
-
-
-def _not_found_previous(response_id: str) -> E.InvalidRequest:
-    return E.InvalidRequest(f"Previous response with id '{response_id}' not found.",
-                            param="previous_response_id", code="previous_response_not_found")
-
-
-def _not_found(response_id: str) -> E.NotFound:
-    return E.NotFound(f"Response with id '{response_id}' not found.", error_type="invalid_request_error", type_family="openai")
 
 
 def _json(status: int, body: Any) -> web.Response:
@@ -562,49 +575,57 @@ def page(items: list, query, what: str, where: str) -> dict:
 
 
 def add_routes(app: web.Application, proxy, first=None) -> None:
-    """GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items. An id the
-    proxy did not store goes to the default Responses provider, when there is one (the
-    provider holds the state of passed-through responses) and the id may be read by this
-    client (`_may_forward`); otherwise 404. `first(proxy, request, endpoint)` answers
-    before the stored responses do (background runs): a response, or None to go on
-    (something else: the run was deleted)."""
+    """GET / DELETE of each stateful protocol's resource ({id}) and its input items, at the
+    paths of its descriptor's `state.paths` (GET /v1/responses/{id} ...). An id the proxy did
+    not store goes to the protocol's default provider, when there is one (the provider holds
+    the state of passed-through responses) and the id may be read by this client
+    (`_may_forward`); otherwise 404. `first(proxy, request, endpoint, spec)` answers before
+    the stored responses do (background runs): a response, or None to go on (something
+    else: the run was deleted)."""
 
-    def handler(name: str):
+    def handler(name: str, protocol: str):
         async def handle(request: web.Request) -> web.StreamResponse:
             proxy.authorize(request)
             state = proxy.state
+            spec = state_spec.of(proxy.engine.wire, protocol)
             try:
-                if state is None:
+                if state is None or spec is None:
                     raise E.NotFound(f"no endpoint at {request.path}: state.backend is none, responses are not stored")
-                response = await first(proxy, request, name) if first is not None else None
+                response = await first(proxy, request, name, spec) if first is not None else None
                 if not isinstance(response, web.StreamResponse):
                     deleted_run = response is not None
                     try:
-                        response = await getattr(state, name)(request)
+                        response = await getattr(state, name)(request, spec)
                     except E.NotFound:
                         if not deleted_run:
                             raise
-                        response = _json(200, {"id": request.match_info["response_id"], "object": "response", "deleted": True})
+                        response = _json(200, {"id": request.match_info["response_id"], "object": spec.object, "deleted": True})
             except E.NotFound as missing:
-                response = await _forward(proxy, request, missing, name)
+                response = await _forward(proxy, request, missing, name, protocol)
             requestid.stamp(response.headers, requestid.current.get())
             return response
 
         return handle
 
-    app.router.add_get("/v1/responses/{response_id}", handler("retrieve"))
-    app.router.add_delete("/v1/responses/{response_id}", handler("delete"))
-    app.router.add_get("/v1/responses/{response_id}/input_items", handler("input_items"))
+    add = {"retrieve": app.router.add_get, "delete": app.router.add_delete, "input_items": app.router.add_get}
+    for protocol in proxy.engine.wire.names:
+        spec = state_spec.of(proxy.engine.wire, protocol)
+        for name, route in add.items():
+            for path in (spec.paths.get(name) or ()) if spec is not None else ():
+                route(path.replace("{id}", "{response_id}"), handler(name, protocol))
 
 
 # --- provider-held responses ---------------------------------------------------------------
 
-# The shape of the ids a Responses provider mints (`resp_` and a token): anything else is
-# not forwarded, so no path, query or fragment can ride along on the provider's key.
+# The shape of the ids a provider mints (the state section's id_pattern: `resp_` and a
+# token): anything else is not forwarded, so no path, query or fragment can ride along on
+# the provider's key.
 _PROVIDER_ID = re.compile(r"resp_[A-Za-z0-9_-]{1,200}")
 # The query parameters each forwarded endpoint takes (the OpenAI API's); others are dropped.
 _FORWARD_QUERY = {
-    "retrieve": frozenset({"include", "include[]", "include_obfuscation", "starting_after", "stream"}),
+    # (and the Interactions API's: last_event_id, include_input)
+    "retrieve": frozenset({"include", "include[]", "include_obfuscation", "starting_after", "stream", "last_event_id",
+                           "include_input"}),
     "delete": frozenset(),
     "input_items": frozenset({"after", "before", "include", "include[]", "limit", "order"}),
 }
@@ -615,7 +636,9 @@ async def remember_passthrough(proxy, request: web.Request, response_id: str | N
     """Note which tenant a passed-through response belongs to, before its id reaches the
     client: only that tenant's reads and deletes of it are forwarded to the provider."""
     state = proxy.state
-    if state is None or response_id is None or not _PROVIDER_ID.fullmatch(response_id):
+    spec = state_spec.of(proxy.engine.wire, proxy.paths.protocol_for(request.path, request.headers))
+    pattern = spec.id_pattern if spec is not None and spec.id_pattern is not None else _PROVIDER_ID
+    if state is None or response_id is None or not pattern.fullmatch(response_id):
         return
     try:
         await state.store.kv_set(_OWNER_KEY + response_id, state.tenant(request).encode(), ttl_secs=state.store.ttl_secs)
@@ -625,12 +648,12 @@ async def remember_passthrough(proxy, request: web.Request, response_id: str | N
         log.warning("state: the owner of a passed-through response could not be noted: %s", exc)
 
 
-async def _may_forward(proxy, request: web.Request, response_id: str) -> bool:
+async def _may_forward(proxy, request: web.Request, response_id: str, pattern: re.Pattern) -> bool:
     """A provider-held id is forwarded for the tenant that created it through this proxy.
     An id the proxy never relayed (made at the provider directly, or before the store
     remembered owners) is forwarded only while the proxy has one tenant at most: with
     several client keys, one client could otherwise read or delete another's."""
-    if not _PROVIDER_ID.fullmatch(response_id):
+    if not pattern.fullmatch(response_id):
         return False
     single_tenant = len(proxy.config.server.api_keys) <= 1
     state = proxy.state
@@ -645,16 +668,17 @@ async def _may_forward(proxy, request: web.Request, response_id: str) -> bool:
     return hmac.compare_digest(owner, state.tenant(request).encode())
 
 
-async def _forward(proxy, request: web.Request, missing: E.NotFound, endpoint: str) -> web.Response:
+async def _forward(proxy, request: web.Request, missing: E.NotFound, endpoint: str, protocol: str) -> web.Response:
     from proxai.http.transport import read_body
 
-    name = proxy.config.default_providers.get(RESPONSES)
+    name = proxy.config.default_providers.get(protocol)
     provider = proxy.config.providers.get(name) if name else None
     wire = proxy.engine.wire
-    if provider is None or not wire.has(provider.protocol, "stored_responses"):  # it keeps no responses
+    spec = state_spec.of(wire, provider.protocol) if provider is not None else None
+    if spec is None or provider.protocol != protocol:  # it keeps no resources of this protocol
         raise missing
     response_id = request.match_info["response_id"]
-    if not await _may_forward(proxy, request, response_id):
+    if not await _may_forward(proxy, request, response_id, spec.id_pattern or _PROVIDER_ID):
         raise missing
     # the stored response is a resource below the generation endpoint (/responses/{id})
     path = wire.target(provider.protocol, "generate").path + "/" + quote(response_id, safe="") + ("/input_items" if endpoint == "input_items" else "")

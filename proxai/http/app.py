@@ -20,7 +20,7 @@ from proxai.observability import capture, inspector, tracing
 
 from proxai.routing import clients, limits, pools, retry, turn_state
 
-from proxai.endpoints import count_tokens, gemini_client, models_endpoint, responses_state
+from proxai.endpoints import count_tokens, gemini_client, models_endpoint, responses_state, state_spec
 
 from proxai.http import ingress, origin, paths, requestid, serving
 
@@ -273,9 +273,11 @@ class Proxy:
         body: dict, raw: bytes, stream: bool, info: dict, turns: list | None = None,
     ) -> web.StreamResponse:
         # the proxy keeps the state of this protocol's responses (previous_response_id, store)
-        stateful = self.engine.wire.has(protocol, "stored_responses") and self.state is not None
+        spec = state_spec.of(self.engine.wire, protocol) if self.state is not None else None
+        stateful = spec is not None
         # conversations are the proxy's own toward every provider, a Responses one included
-        conversation = await conversations.begin(self, request, body) if stateful else None
+        conversation = await conversations.begin(self, request, body) \
+            if stateful and self.engine.wire.has(protocol, "stored_responses") else None
         if provider.protocol == protocol:
             model_field = self.engine.wire.body_fields(protocol)[0]
             answer_model = response_model.answer_model(match, body[model_field])
@@ -295,7 +297,7 @@ class Proxy:
             if turns:  # a retry: the conversation was resolved by the first translated attempt
                 turn, body = turns[0]
             else:
-                turn = await self.state.begin(request, body, provider.name)  # resolves previous_response_id
+                turn = await self.state.begin(request, body, provider.name, spec)  # resolves previous_response_id
                 if conversation is not None:
                     turn = conversation.around(turn, body)  # the conversation's items, then the turn's
                 if turns is not None:
