@@ -299,6 +299,14 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
     from .wire import protocol_hooks
 
     dirs = rule_dirs(override_dir, builtin_dir)
+    entry = None
+    if found is None and observe is None:  # the linter's migration and selector walks compile for real
+        from . import cache
+
+        entry = cache.key(dirs, HOOKS)
+        cached = cache.load(entry) if entry else None
+        if cached is not None:
+            return cached, []
     sources: list = []
     layered, problems = read_dirs(dirs, sources)
     legacy = {src.path for directory, src in sources
@@ -353,7 +361,19 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
             problems.extend(sorted(_unique([err, *diagnose.problems_of(kind, doc, named, checking)]),
                                    key=lambda p: (p.file or "", p.line or 0)))
     enums = {name: values for name, (values, _, _) in layered.enums.items()}
-    return Rules(codecs, streams, tables, enums, protocols), _unique(problems)
+    rules, problems = Rules(codecs, streams, tables, enums, protocols), _unique(problems)
+    if entry and not problems:
+        cache.store(entry, rules, _generated_lines())
+    return rules, problems
+
+
+def _generated_lines() -> dict:
+    """The generated functions' source lines (engine.codegen puts them in linecache), for
+    tracebacks of an engine loaded from the cache."""
+    import linecache
+
+    return {name: lines for name, lines in list(linecache.cache.items())
+            if name.startswith(("<template ", "<conditions ", "<transition "))}
 
 
 def _missing_key(kind, protocol, doc, file, has_builtin) -> RuleError | None:
