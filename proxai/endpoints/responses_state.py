@@ -235,7 +235,7 @@ class ResponsesState:
     # --- tenancy ---
 
     def tenant(self, request: web.Request) -> str:
-        presented = clients.presented(request.headers)
+        presented = request.get(clients.PRESENTED_KEY) or clients.presented(request.headers)
         if not self.up or self._key is None:  # no I/O to learn what the supervisor knows already
             raise StateUnavailable(f"the state store is unavailable: {self.reason}")
         try:
@@ -278,6 +278,22 @@ class ResponsesState:
                     f"this turn's input is {size} bytes, over the stored-response limit state.max_record_bytes "
                     f"({self.store.max_record_bytes}); send it with {spec.store}: false, or raise the limit", param=spec.input)
         return turn
+
+    async def resolve_held(self, request: web.Request, body: dict, provider: str, spec: StateSpec) -> bool:
+        """Toward a provider of the client's own protocol (passed through): when the previous
+        id names a turn this proxy stored, resolve it into the input, as for any other
+        provider (True); an id it did not store is the provider's, left as sent (False)."""
+        parent_id = body.get(spec.previous)
+        if not isinstance(parent_id, str) or not parent_id:
+            return False
+        try:
+            record = await self.store.get(self.tenant(request), parent_id)
+        except StateError as exc:
+            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        if record is None or record.client_protocol != spec.protocol:
+            return False
+        await self.begin(request, body, provider, spec)
+        return True
 
     async def _chain(self, tenant: str, response_id: str, spec: StateSpec) -> list[ResponseRecord]:
         try:
@@ -585,7 +601,7 @@ def add_routes(app: web.Application, proxy, first=None) -> None:
 
     def handler(name: str, protocol: str):
         async def handle(request: web.Request) -> web.StreamResponse:
-            proxy.authorize(request)
+            proxy.authorize(request, proxy.engine.wire.client_key(protocol, request.headers, request.rel_url.query))
             state = proxy.state
             spec = state_spec.of(proxy.engine.wire, protocol)
             try:

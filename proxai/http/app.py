@@ -221,7 +221,11 @@ class Proxy:
         """Check the client key (`key`, else the one in x-api-key or Authorization) against
         server.api_keys; the matched client's name goes on the request's log record."""
         info = request.get(INFO_KEY)
-        client = clients.authorize(self.config.server.clients, key if key is not None else clients.presented(request.headers), info)
+        if key is None:
+            key = clients.presented(request.headers)
+        else:
+            request[clients.PRESENTED_KEY] = key  # the state's tenant is this key (a protocol's own header)
+        client = clients.authorize(self.config.server.clients, key, info)
         if client is not None and info is not None:
             info["_client"] = client
 
@@ -283,7 +287,10 @@ class Proxy:
             answer_model = response_model.answer_model(match, body[model_field])
             if conversation is not None:
                 conversation.resolve(body, provider_holds_ids=True)
-            if match.upstream_model != body[model_field] or conversation is not None:
+            # A previous turn the proxy stored (another provider served it) is unknown to this
+            # one: it gets the whole history; a turn it served itself stays its id.
+            resolved = conversation is None and stateful and await self.state.resolve_held(request, body, provider.name, spec)
+            if match.upstream_model != body[model_field] or conversation is not None or resolved:
                 body[model_field] = match.upstream_model
                 raw = dump_json(body)
             if stateful and body.get("store") is not False:

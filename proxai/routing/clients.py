@@ -14,6 +14,11 @@ from proxai.http import errors as E
 from proxai.routing.config import ClientKey
 
 
+# Where a request keeps the key the client presented in its protocol's own place
+# (x-goog-api-key, ?key=), once authorized: the state store's tenant is that key.
+PRESENTED_KEY = "proxai.presented_key"
+
+
 def presented(headers: Mapping[str, str]) -> str | None:
     """The key in `x-api-key` or `Authorization: Bearer`, as the OpenAI and Anthropic SDKs send it."""
     key = headers.get("x-api-key")
