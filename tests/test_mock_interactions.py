@@ -199,6 +199,18 @@ def test_a_signature_must_come_back_byte_identical(client, url, mock):
     assert client.interactions.create(model="m", input=history).steps[0].content[0].text == "It is sunny."
 
 
+def test_a_signature_generate_content_issued_is_good_here_and_an_anthropic_one_is_not(url, mock):
+    """The same models sign on both Google APIs; another family's signatures mean nothing here."""
+    mock.enqueue(Turn([Reasoning("hm", signature="gemini-sig"), Text("hi")]),
+                 Turn([Reasoning("hm", signature="claude-sig"), Text("hi")]))
+    assert httpx.post(url + "/v1beta/models/m:generateContent", json={"contents": [{"role": "user", "parts": [{"text": "x"}]}]}).status_code == 200
+    assert httpx.post(url + "/v1/messages", json={"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "x"}]}).status_code == 200
+    steps = [{"type": "user_input", "content": [{"type": "text", "text": "x"}]}]
+    assert post(url, {"model": "m", "input": [*steps, {"type": "thought", "signature": "gemini-sig"}]}).status_code == 200
+    r = post(url, {"model": "m", "input": [*steps, {"type": "thought", "signature": "claude-sig"}]})
+    assert r.status_code == 400 and "input[1].signature" in r.json()["error"]["message"]
+
+
 def test_a_function_result_must_name_an_earlier_call(client, url, mock):
     r = post(url, {"model": "m", "input": [{"type": "function_result", "call_id": "call_x", "result": "ok"}]})
     assert r.status_code == 400 and "input[0].call_id" in r.json()["error"]["message"]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from proxai import protocols
+
 from . import demo, render_interactions
 from .interactions_ledger import InteractionLedger, Invalid, NotFound
 from .replies import INTERACTIONS, Json, Stream
@@ -36,6 +38,20 @@ class InteractionsEndpoints:
     def __init__(self, mock) -> None:
         self.mock = mock
         self.ledger = InteractionLedger()
+        self._family: dict[str, bool] = {}
+
+    def rendered(self, protocol: str, turn: Turn) -> None:
+        """A turn another protocol of the same API family (generateContent) rendered: its
+        signatures are the same models' and good on this API too, as the proxy may carry a
+        history from one to the other."""
+        if protocol not in self._family:
+            wire = protocols.wire()
+            self._family[protocol] = wire.family(protocol) is not None and wire.family(protocol) == wire.family(INTERACTIONS)
+        if self._family[protocol]:
+            for b in turn.blocks:
+                for signature in (getattr(b, "signature", None), getattr(b, "thought_signature", None)):
+                    if signature:
+                        self.ledger.signatures.add(signature)
 
     async def handle(self, request, record):
         path, method = record.path, request.method

@@ -261,6 +261,7 @@ class MockUpstream:
             enforcer = self.enforcers.get(protocol)
             if enforcer is not None:
                 enforcer.record(reply, body)
+            self.interactions.rendered(protocol, reply)
             renderer = RENDERERS[protocol]
             if body.get("stream"):
                 reply = Stream(
