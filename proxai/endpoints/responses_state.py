@@ -235,7 +235,8 @@ class ResponsesState:
     # --- tenancy ---
 
     def tenant(self, request: web.Request) -> str:
-        presented = request.get(clients.PRESENTED_KEY) or clients.presented(request.headers)
+        own = request.get(clients.PRESENTED_KEY) if isinstance(request, web.Request) else None
+        presented = own or clients.presented(request.headers)
         if not self.up or self._key is None:  # no I/O to learn what the supervisor knows already
             raise StateUnavailable(f"the state store is unavailable: {self.reason}")
         try:
