@@ -307,6 +307,11 @@ def _listed(value: str, patterns) -> bool:
     return any(value == p or (p.endswith("*") and value.startswith(p[:-1])) for p in patterns)
 
 
+#: Stream state objects of protocol folders' hooks modules (their ``OBJECTS`` tables, names
+#: ``<protocol>.<name>``), as ``state: {name: {object: ...}}`` in stream files finds them.
+PROTOCOL_OBJECTS: dict = {}
+
+
 def protocol_hooks(protocols: Mapping[str, tuple]) -> tuple[dict, list[RuleError]]:
     """The hooks of the protocols whose descriptor names modules of their own (`hooks:
     hooks.py`, or a list of them, beside the protocol.yaml): each one's literal ``HOOKS``
@@ -346,3 +351,9 @@ def _load_hooks(name: str, doc, file, module_file: str, hooks: dict, problems: l
                                       "hooks module of the protocol", file, line))
         else:
             hooks[key] = fn
+    for key, cls in (getattr(module, "OBJECTS", None) or {}).items():
+        if not str(key).startswith(name + "."):
+            problems.append(RuleError(f"hooks module {module_file}: state object {key!r} must be named {name}.<name>",
+                                      file, line))
+        else:
+            PROTOCOL_OBJECTS[key] = cls

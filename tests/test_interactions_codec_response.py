@@ -441,3 +441,17 @@ def test_unicode_split_across_network_chunks(eng):
         events = client_events(wire)
         assert "".join(e["delta"]["text"] for e in events if e["event_type"] == "step.delta") == text
         assert events[-1]["event_type"] == "interaction.completed"
+
+
+def test_a_protocol_hooks_module_brings_its_stream_state_objects(tmp_path):
+    """A protocol folder's hooks module lists its state objects in OBJECTS, named <protocol>.<name>,
+    as stream files find them (engine/wire.py); another name is a rule error naming the module."""
+    from engine.wire import PROTOCOL_OBJECTS, protocol_hooks
+
+    (tmp_path / "protocol.yaml").write_text("")
+    (tmp_path / "h.py").write_text("class Box:\n    def __init__(self, ctx):\n        pass\n"
+                                   "HOOKS = {}\nOBJECTS = {'toy_x.box': Box, 'other.box': Box}\n")
+    hooks, problems = protocol_hooks({"toy_x": ({"hooks": "h.py"}, str(tmp_path / "protocol.yaml"))})
+    assert hooks == {} and PROTOCOL_OBJECTS["toy_x.box"].__name__ == "Box" and "other.box" not in PROTOCOL_OBJECTS
+    assert len(problems) == 1 and "state object 'other.box' must be named toy_x.<name>" in str(problems[0])
+    assert "gemini_interactions.steps_out" in PROTOCOL_OBJECTS

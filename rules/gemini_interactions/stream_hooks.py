@@ -1,9 +1,7 @@
-"""Gemini Interactions hooks of the response and stream codecs (names gemini_interactions.<name>).
-
-A stream's step book is a plain dict in the codec's ``$state`` (``steps: {open: {}, next: 0}``),
-passed in as ``book``: an Interactions step is indexed 0, 1, 2... in start order, whatever
-the IR block indexes were, and a thought step's summary text and opaque state make its
-signature when it stops."""
+"""Gemini Interactions hooks of the response and stream codecs (names gemini_interactions.<name>),
+and the streams' state objects (``OBJECTS``): the steps of a provider's stream (:class:`StepsIn`)
+and of a client's (:class:`StepsOut`: steps numbered 0, 1, 2... in start order whatever the IR
+block indexes, a thought's summary and opaque state for its signature, resumable event ids)."""
 from __future__ import annotations
 
 import base64
@@ -26,15 +24,6 @@ def interaction_id(scope, value=None):
     return f"int_{value}" if value else f"int_{uuid.uuid4().hex}"
 
 
-def stamp(scope):
-    """Every client event's resumable `event_id`: evt_1, evt_2... over the stream."""
-    state = scope.vars["state"]
-    state["events"] = state.get("events", 0) + 1
-    event = scope.cur
-    event["event_id"] = f"evt_{state['events']}"
-    return event
-
-
 def signature(scope, part=None):
     """A reasoning part's opaque state as a thought step's `signature`: the continuation
     envelope (docs/continuation.md), its ASCII in standard base64 as the field is bytes.
@@ -43,50 +32,7 @@ def signature(scope, part=None):
     return base64.b64encode(envelope.encode()).decode() if envelope else None
 
 
-def open_step(scope, book=None, index=None, kind=None):
-    """A step for IR block `index` (or a provider step): ``{index, kind}``, numbered in start order."""
-    entry = {"index": book["next"], "kind": kind, "chunks": [], "opaque": None, "streamed": False}
-    book["next"] += 1
-    book["open"][str(index)] = entry
-    return entry
-
-
-def skip_step(scope, book=None, index=None):
-    """An IR block with no Interactions step (a server tool the proxy ran): its events go nowhere."""
-    book["open"][str(index)] = {"index": None, "kind": "skipped"}
-
-
-def _entry(book, index, event):
-    entry = book["open"].get(str(index))
-    if entry is None:
-        raise UpstreamProtocolError(f"{event} for step {index} that is not open")
-    return entry
-
-
-def step_delta(scope, book=None, index=None, delta=None):
-    """The open step a delta belongs to; a thought's text is kept for its envelope."""
-    entry = _entry(book, index, "a delta")
-    if delta and entry["kind"] != "skipped":
-        entry["streamed"] = True
-        if entry["kind"] == "reasoning":
-            entry["chunks"].append(delta)
-    return entry
-
-
-def step_opaque(scope, book=None, index=None, opaque=None):
-    _entry(book, index, "opaque state")["opaque"] = opaque
-
-
-def close_step(scope, book=None, index=None):
-    """The closed step, a thought's summary text joined (``text``)."""
-    entry = book["open"].pop(str(index), None)
-    if entry is None:
-        raise UpstreamProtocolError(f"step.stop for step {index} that is not open")
-    entry["text"] = "".join(entry.pop("chunks", ()))
-    return entry
-
-
-def merge_outputs(scope, steps=None):
+def output_steps(scope, steps=None):
     """One model_output step for each run of answer content (text and images side by side),
     as the service writes them; thought and function_call steps stand alone."""
     out = []
@@ -107,16 +53,101 @@ def summary_text(scope, summary=None):
     return "".join(texts) if texts else None
 
 
+class StepsIn:
+    """Decoding: the open steps of a provider's stream by index (their index is the IR
+    block's), whether a call's arguments streamed, whether the answer called a function."""
+
+    __slots__ = ("open", "called")
+
+    def __init__(self, ctx):
+        self.open: dict = {}
+        self.called = False
+
+    def start(self, index=None, kind=None, arguments=None) -> None:
+        if index in self.open:
+            raise UpstreamProtocolError(f"step.start for step {index} that is already open")
+        self.open[index] = {"kind": kind, "streamed": bool(arguments)}
+        if kind == "tool_call":
+            self.called = True
+
+    def delta(self, index=None, arguments=None) -> None:
+        if index not in self.open:
+            raise UpstreamProtocolError(f"step.delta for step {index} that is not open")
+        if arguments:
+            self.open[index]["streamed"] = True
+
+    def stop(self, index=None) -> dict:
+        """The stopped step: its kind and whether a call's arguments streamed."""
+        step = self.open.pop(index, None)
+        if step is None:
+            raise UpstreamProtocolError(f"step.stop for step {index} that is not open")
+        return step
+
+    def has_calls(self) -> bool:
+        return self.called
+
+
+class StepsOut:
+    """Encoding: our step per IR block, numbered in start order; a thought's summary text
+    and opaque state for its signature; every event's resumable `event_id` (stamp)."""
+
+    __slots__ = ("steps", "next_index", "events")
+
+    def __init__(self, ctx):
+        self.steps: dict = {}
+        self.next_index = 0
+        self.events = 0
+
+    def open(self, index=None, kind=None, text=None, opaque=None) -> dict:
+        step = {"index": self.next_index, "kind": kind, "chunks": [text] if text and kind == "reasoning" else [],
+                "opaque": opaque}
+        self.next_index += 1
+        self.steps[index] = step
+        return step
+
+    def skip(self, index=None) -> None:
+        """An IR block with no Interactions step (a server tool the proxy ran): its events go nowhere."""
+        self.steps[index] = {"index": None, "kind": "skipped"}
+
+    def _step(self, index) -> dict:
+        step = self.steps.get(index)
+        if step is None:
+            raise UpstreamProtocolError(f"IR event for block {index} before its block_start")
+        return step
+
+    def delta(self, index=None, delta=None) -> dict:
+        step = self._step(index)
+        if step["kind"] == "reasoning" and delta:
+            step["chunks"].append(delta)  # joined into "text" at the close
+        return step
+
+    def opaque(self, index=None, opaque=None) -> None:
+        self._step(index)["opaque"] = opaque
+
+    def close(self, index=None) -> dict:
+        """The closed step (a thought's text and opaque state make its signature)."""
+        step = self.steps.pop(index, None)
+        if step is None:
+            raise UpstreamProtocolError(f"block_stop for block {index} that is not open")
+        step["text"] = "".join(step.pop("chunks", ()))
+        return step
+
+    def stamp(self, event: dict) -> dict:
+        """Every client event's `event_id`: evt_1, evt_2... over the stream (GET resumes after one)."""
+        self.events += 1
+        event["event_id"] = f"evt_{self.events}"
+        return event
+
+
 HOOKS = {
     "gemini_interactions.iso_time": iso_time,
     "gemini_interactions.interaction_id": interaction_id,
-    "gemini_interactions.stamp": stamp,
     "gemini_interactions.signature": signature,
-    "gemini_interactions.open_step": open_step,
-    "gemini_interactions.skip_step": skip_step,
-    "gemini_interactions.step_delta": step_delta,
-    "gemini_interactions.step_opaque": step_opaque,
-    "gemini_interactions.close_step": close_step,
-    "gemini_interactions.merge_outputs": merge_outputs,
+    "gemini_interactions.output_steps": output_steps,
     "gemini_interactions.summary_text": summary_text,
+}
+
+OBJECTS = {
+    "gemini_interactions.steps_in": StepsIn,
+    "gemini_interactions.steps_out": StepsOut,
 }
