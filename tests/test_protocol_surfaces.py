@@ -146,3 +146,51 @@ def test_translate_an_interactions_request_toward_anthropic_and_the_answer_back(
 def test_translate_names_interactions_among_the_protocols_it_knows(capsys, tmp_path):
     code, _, err = translate(capsys, tmp_path, "--from", "gemini_interaction", "--to", ANTHROPIC, data={})
     assert code == 2 and "gemini_interactions" in err and "gemini_interaction'" in err
+
+
+# --- captures, metrics, traces: an Interactions client and an Interactions provider --------
+
+
+def test_captures_metrics_and_the_inspector_name_the_interactions_protocol(harness, start_proxy, mock, tmp_path, monkeypatch):
+    from interactions_clients import MODEL, genai_client, interactions_config
+    from proxai.mock import Text, Turn, Usage
+    from proxai.observability import capture
+    from test_inspector import requests_list
+    from test_metrics import scrape, value
+
+    monkeypatch.setenv("PROXAI_HOME", str(tmp_path))
+    cfg = interactions_config(harness.mock_url)
+    cfg["capture"] = dict.fromkeys(capture.PHASES, True)
+    cfg["server"] = {"inspector": {"enabled": True}}
+    p = start_proxy(cfg)
+    # An Interactions client toward Anthropic, and a Chat client toward an Interactions provider.
+    mock.enqueue(Turn([Text("Hello")], usage=Usage(input_tokens=9, output_tokens=2)))
+    client = genai_client(p)  # held: the SDK closes its connection with the client
+    interaction = client.interactions.create(model="anthropic/claude-up", input="hi")
+    assert interaction.status == "completed"
+    mock.enqueue(Turn([Text("Hi")], usage=Usage(input_tokens=5, output_tokens=1)))
+    p.openai().chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "hi"}],
+                                       extra_headers={"x-request-id": "chat-to-interactions"})
+    assert mock.requests[-1].path == "/v1beta/interactions"
+
+    samples = scrape(p.url)
+    common = dict(status="200", outcome="none", upstream_model="(from model)")  # a JSON answer has no stream outcome
+    assert value(samples, "proxai_requests_total", client_protocol="openai_chat_completions",
+                 provider_protocol=INTERACTIONS, provider="interactions", route="interactions", **common) == 1
+    assert value(samples, "proxai_requests_total", client_protocol=INTERACTIONS,
+                 provider_protocol=ANTHROPIC, provider="anthropic", route="anthropic", **common) == 1
+
+    rows = {r["request_id"]: r for r in requests_list(p)}
+    row = rows["chat-to-interactions"]
+    assert (row["client_protocol"], row["provider_protocol"], row["mode"]) == ("openai_chat_completions", INTERACTIONS, "translated")
+    assert {(r["client_protocol"], r["provider_protocol"]) for r in rows.values()} == {
+        ("openai_chat_completions", INTERACTIONS), (INTERACTIONS, ANTHROPIC)}
+    # What the capture files alone say (an inspector after a restart reads only them).
+    for request_id, row in rows.items():
+        client, provider = row["client_protocol"], row["provider_protocol"]
+        phases = capture.load(request_id)
+        assert set(phases) == set(capture.PHASES)
+        disk = view.disk_summary(request_id, 0.0, phases, p.proxy.engine)
+        assert (disk["client_protocol"], disk["provider_protocol"]) == (client, provider)
+    from proxai.observability.tracing import _builtin_describe
+    assert _builtin_describe(INTERACTIONS) == ("gcp.gemini", "generate_content")
