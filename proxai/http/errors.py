@@ -23,8 +23,6 @@ from engine.errors import (  # noqa: F401  (the tree, re-exported)
 )
 from engine.ruleset import BUILTIN_RULES, build_tables, layer, read_file
 
-from proxai.protocols import ANTHROPIC, CHAT, GEMINI, RESPONSES  # noqa: F401  (re-exported)
-
 ERROR_TABLES = BUILTIN_RULES / "tables" / "errors.yaml"
 
 

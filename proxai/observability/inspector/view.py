@@ -298,7 +298,9 @@ def _error(info: dict, phases: dict[str, capture.Captured], entry: Entry) -> dic
 
 
 def error_message(body: Any) -> str | None:
-    """The message of an error body or event in any of the four protocols."""
+    """The message of an error body or event: `error.message` (every protocol's HTTP error
+    body; Chat's, Anthropic's and Interactions' stream errors), a Responses `error` event's
+    `message`, a failed Response's `response.error.message`."""
     if not isinstance(body, dict):
         return None
     err = body.get("error")
