@@ -5,8 +5,9 @@ generates and compiles a Python function per template; every worker and every CL
 run paid that. Here the compiled :class:`engine.ruleset.Rules` is pickled to one file
 per key, the key a digest of everything the result depends on: each rule file's path
 and bytes in every layer (the built-in rules, a ``rules_dir``), a protocol folder's
-hooks modules, the engine's own source and schemas, the hook table's names and the
-Python that wrote the code objects. An unchanged set of files finds its entry; any
+hooks modules, the engine's own source and schemas, the hook table's names, the
+Python that wrote the code objects and the working directory (errors name rule files
+relative to it). An unchanged set of files finds its entry; any
 change finds none and compiles as before, and a compile without problems rewrites
 the entry (a temporary file, then ``os.replace``, so a reader sees a whole entry or
 none).
@@ -85,6 +86,8 @@ def key(dirs: list[Path], hooks: dict) -> str | None:
     from .ruleset import rule_files
 
     digest = hashlib.blake2b(_engine_code(), digest_size=20)
+    # rule files are named relative to the working directory in errors and code objects
+    digest.update(os.getcwd().encode() + b"\0")
     for name, fn in sorted(hooks.items()):
         digest.update(f"{name}={getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', type(fn).__name__)};".encode())
     for layer in dirs:

@@ -38,6 +38,8 @@ import tempfile as _tempfile  # noqa: E402
 # Proxies started by session- or module-scoped fixtures (before any test's own home) use this one.
 _HOMES: list[str] = [_tempfile.mkdtemp(prefix="proxai-test-home-")]
 os.environ["PROXAI_HOME"] = _HOMES[0]
+# The compiled-rules cache of the run (every server process it starts), not the user's.
+os.environ["PROXAI_RULES_CACHE"] = os.path.join(_HOMES[0], "rules-cache")
 
 
 @pytest.fixture(autouse=True)

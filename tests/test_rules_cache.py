@@ -220,3 +220,15 @@ def test_module_level_objects_come_back_as_themselves(cache_dir, builtin):
         env = fn.__globals__
         assert env["MISS"] is scope.MISS and env["NULL"] is scope.NULL and env["OPTIONS"] is expr.OPTIONS
         assert env["Scope"] is scope.Scope
+
+
+def test_another_working_directory_is_a_miss(cache_dir, builtin, compiles, tmp_path, monkeypatch):
+    """Errors name a rule's file relative to the working directory, so an entry is per directory."""
+    _load(builtin_dir=builtin)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    rules = _load(builtin_dir=builtin)
+    assert compiles["read"] == 2
+    fn = rules.codecs[("request.decode", "openai_chat_completions")].first_reject
+    assert fn.__code__.co_filename.startswith("<conditions ../rules/openai_chat_completions/request.decode.yaml")
