@@ -194,3 +194,25 @@ def test_captures_metrics_and_the_inspector_name_the_interactions_protocol(harne
         assert (disk["client_protocol"], disk["provider_protocol"]) == (client, provider)
     from proxai.observability.tracing import _builtin_describe
     assert _builtin_describe(INTERACTIONS) == ("gcp.gemini", "generate_content")
+
+
+def test_translate_a_recorded_anthropic_stream_into_interactions_events(capsys, tmp_path):
+    from proxai.mock import Text, Turn, encode_event, render
+
+    recorded = b"".join(encode_event(name, data) for name, data in
+                        render(ANTHROPIC, Turn([Text("Hello there", chunks=["Hello ", "there"])]), {"model": "m", "stream": True}))
+    path = tmp_path / "recorded.sse"
+    path.write_bytes(recorded)
+    code = main(["translate", "--stream", "--from", ANTHROPIC, "--to", INTERACTIONS, str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    events = []
+    for block in out.strip().split("\n\n"):
+        lines = dict(line.split(": ", 1) for line in block.splitlines())
+        data = json.loads(lines["data"])
+        assert lines["event"] == data["event_type"] and data["event_id"]
+        events.append(data)
+    kinds = [e["event_type"] for e in events]
+    assert kinds[0] == "interaction.created" and kinds[-1] == "interaction.completed"
+    assert "".join(e["delta"]["text"] for e in events if e["event_type"] == "step.delta") == "Hello there"
+    assert len({e["event_id"] for e in events}) == len(events)
