@@ -9,7 +9,8 @@ import base64
 import json
 
 import pytest
-from google.genai._gaos.errors import GenAiError
+from google.genai import _interactions as interactions_errors  # where the SDK's Interactions errors live
+from google.genai._gaos.errors.createinteraction import CreateInteractionClientErrorData, CreateInteractionServerErrorData
 
 from interactions_clients import PROVIDER_MODELS, Interactions, StreamFailed, interactions_config
 from proxai.mock import Error, Reasoning, Text, ToolCall, Turn, Usage
@@ -166,8 +167,9 @@ class Upstream:
                 out += [c["signature"] for c in m["content"] if c["type"] == "thinking"]
             elif self.kind == "responses" and m.get("type") == "reasoning":
                 out.append(m.get("encrypted_content"))
-            elif self.kind == "gemini":
-                out += [p["thoughtSignature"] for p in m["parts"] if "thoughtSignature" in p]
+            elif self.kind == "gemini":  # not the documented skip value on a call that came unsigned
+                out += [p["thoughtSignature"] for p in m["parts"]
+                        if p.get("thoughtSignature") not in (None, "skip_thought_signature_validator")]
             elif self.kind == "interactions" and m["type"] == "thought":
                 out.append(m.get("signature"))
         return out
@@ -297,7 +299,7 @@ def test_parallel_and_no_argument_calls(client, mock, kind, stream):
                                              ("get_time", {})]
     results = u.results()
     # Each result reaches the provider naming the call it answers, in the client's order.
-    assert [i for i, _ in calls] == ["call_a", "call_b", "call_c"]
+    assert [i for i, _, _ in calls] == ["call_a", "call_b", "call_c"]
     assert [i for i, _ in results] == ["call_b", "call_a", "call_c"]
     assert ["rainy" in results[0][1], "sunny" in results[1][1], "noon" in results[2][1]] == [True] * 3
 
@@ -383,26 +385,36 @@ def test_structured_output(client, mock, kind, stream):
 
 # --- upstream errors, streams cut short or stalled -----------------------------------------------
 
-GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL"}
+# The SDK's class and the Interactions API's error code for each status.
+ERRORS = {400: ("BadRequestError", "invalid_request"), 404: ("NotFoundError", "not_found"),
+          429: ("RateLimitError", "rate_limit_exceeded"), 500: ("InternalServerError", "api_error")}
+
+
+def interactions_error(e, status: int) -> dict:
+    """The error body, checked as the SDK's own error data (a string code, a message)."""
+    assert type(e).__name__ == ERRORS[status][0] and e.status_code == status
+    data = CreateInteractionServerErrorData if status >= 500 else CreateInteractionClientErrorData
+    data.model_validate(e.body)
+    return e.body["error"]
 
 
 @pytest.mark.parametrize("stream", STREAMS)
-@pytest.mark.parametrize("status", sorted(GOOGLE_STATUS))
-def test_upstream_error_is_a_google_rpc_status(client, mock, kind, stream, status):
+@pytest.mark.parametrize("status", [400, 500, pytest.param(404, marks=pytest.mark.slow),
+                                    pytest.param(429, marks=pytest.mark.slow)])
+def test_upstream_error_is_an_interactions_error(client, mock, kind, stream, status):
     mock.enqueue(Error(status, message=f"upstream says {status}"))
-    with pytest.raises(GenAiError) as err:
+    with pytest.raises(interactions_errors.APIStatusError) as err:
         client.ask(PROVIDER_MODELS[kind], HI, stream=stream)
-    e = err.value
-    assert e.status_code == status
-    body = json.loads(e.body)["error"]
-    assert body["code"] == status and body["status"] == GOOGLE_STATUS[status]
-    assert f"upstream says {status}" in body["message"] and f"upstream says {status}" in str(e)
+    body = interactions_error(err.value, status)
+    assert body["code"] == ERRORS[status][1] and f"upstream says {status}" in body["message"]
     upstream(mock, kind, stream)
 
 
 @pytest.mark.parametrize("cut", [2, 4])
 def test_stream_cut_short_ends_in_an_error_event(client, mock, kind, cut):
-    mock.enqueue(Turn([Text("partial answer here", chunks=["partial", " answer", " here"])], cut_after=cut))
+    # Five deltas: every provider's stream is longer than four events.
+    mock.enqueue(Turn([Text("a partial answer cut here", chunks=["a", " partial", " answer", " cut", " here"])],
+                      cut_after=cut))
     with pytest.raises(StreamFailed) as err:
         client.ask(PROVIDER_MODELS[kind], HI, stream=True)
     events = json.loads(str(err.value))
@@ -411,6 +423,7 @@ def test_stream_cut_short_ends_in_an_error_event(client, mock, kind, cut):
     upstream(mock, kind, True)
 
 
+@pytest.mark.slow  # waits out the idle timeout
 @pytest.mark.parametrize("kind", ["anthropic", "interactions"])
 def test_stalled_stream_ends_in_the_idle_timeout_error(harness, mock, kind):
     p = harness.start_proxy(_idle(harness.mock_url, kind))
@@ -431,12 +444,14 @@ def _idle(mock_url, kind):
     return config
 
 
-def test_bad_input_is_a_400_naming_the_field(iproxy, mock):
+@pytest.mark.parametrize("kw,field", [
+    ({"input": [{"type": "bogus_step"}]}, "input[0]"),
+    ({"input": "hi", "extra_body": {"tools": "get_weather"}}, "tools"),  # past the SDK's own checks
+], ids=["unknown-step-type", "tools-not-a-list"])
+def test_bad_input_is_a_400_naming_the_field(iproxy, mock, kw, field):
     client = Interactions(iproxy)
-    with pytest.raises(GenAiError) as err:
-        client.client.interactions.create(model=PROVIDER_MODELS["chat"], input=[{"type": "function_result",
-                                                                                  "call_id": "nope", "result": "x"}])
-    assert err.value.status_code == 400
-    body = json.loads(err.value.body)["error"]
-    assert body["status"] == "INVALID_ARGUMENT" and "input" in body["message"]
+    with pytest.raises(interactions_errors.APIStatusError) as err:
+        client.client.interactions.create(model=PROVIDER_MODELS["chat"], store=False, **kw)
+    body = interactions_error(err.value, 400)
+    assert body["code"] == "invalid_request" and field in body["message"]
     assert mock.requests == []
