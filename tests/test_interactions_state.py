@@ -7,6 +7,8 @@ provider received."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from google import genai
 from google.genai import types
@@ -175,3 +177,85 @@ def test_toward_an_interactions_provider_the_history_is_its_own_or_whole(client,
     client.interactions.create(model=MODEL, input="more", previous_interaction_id=second.id)
     body = sent(mock)
     assert body["previous_interaction_id"] == second.id and steps_of(body)[0]["content"][0]["text"] == "more"
+
+
+# --- background: true ---------------------------------------------------------------------
+
+FINAL = ("completed", "requires_action", "incomplete", "failed", "cancelled")
+
+
+def slow_turn(words: int, delay: float) -> Turn:
+    chunks = [f"w{i} " for i in range(words)]
+    return Turn(blocks=[Text("".join(chunks), chunks=chunks)], delay_secs=delay)
+
+
+def wait_final(client, interaction_id: str, timeout: float = 15):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        interaction = client.interactions.get(interaction_id)
+        if interaction.status in FINAL:
+            return interaction
+        time.sleep(0.05)
+    raise AssertionError(f"{interaction_id} still {interaction.status} after {timeout}s")
+
+
+@pytest.mark.parametrize("provider", [C, A])
+def test_background_answers_at_once_and_polls_to_completion(client, mock, provider):
+    mock.enqueue(Turn([Text("done in the background")], usage=Usage(4, 3)))
+    created = client.interactions.create(model=model(provider), input="hi", background=True)
+    assert created.status == "in_progress" and created.id.startswith("int_") and not created.steps
+    done = wait_final(client, created.id)
+    assert done.status == "completed" and done.id == created.id
+    assert done.steps[0].type == "model_output" and done.steps[0].content[0].text == "done in the background"
+    assert mock.requests[-1].body["stream"] is True and "background" not in mock.requests[-1].body
+    # The run's turn is stored: the next turn continues it.
+    mock.enqueue(Turn([Text("next")]))
+    client.interactions.create(model=model(provider), input="more", previous_interaction_id=created.id)
+    assert texts(provider, mock.requests[-1].body)[-3:] == [
+        ("user", "hi"), ("assistant", "done in the background"), ("user", "more")]
+    # Its events resume after an event id.
+    events = list(client.interactions.get(created.id, stream=True))
+    assert events[0].event_type == "interaction.created" and events[-1].event_type == "interaction.completed"
+    later = list(client.interactions.get(created.id, stream=True, last_event_id=events[0].event_id))
+    assert [e.event_id for e in later] == [e.event_id for e in events[1:]]
+
+
+def test_background_cancel_stops_the_provider_call(client, mock):
+    mock.enqueue(slow_turn(60, 0.2))  # twelve seconds of answer
+    created = client.interactions.create(model=model(C), input="Talk for a while.", background=True)
+    time.sleep(0.5)
+    started = time.monotonic()
+    cancelled = client.interactions.cancel(created.id)
+    assert cancelled.status == "cancelled" and cancelled.id == created.id
+    assert time.monotonic() - started < 3
+    deadline = time.monotonic() + 3
+    while mock.cut_short == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mock.cut_short == 1  # the proxy closed the provider's stream
+    assert client.interactions.get(created.id).status == "cancelled"
+
+
+def test_background_needs_store_and_a_plain_turn_cannot_be_cancelled(client, mock):
+    with pytest.raises(APIError) as refused:
+        client.interactions.create(model=model(C), input="hi", background=True, store=False)
+    assert refused.value.status_code == 400 and "store" in str(refused.value.body)
+    assert mock.requests == []
+    mock.enqueue(Turn([Text("plain")]))
+    plain = client.interactions.create(model=model(C), input="hi")
+    with pytest.raises(APIError) as synchronous:
+        client.interactions.cancel(plain.id)
+    assert synchronous.value.status_code == 400 and "synchronous" in str(synchronous.value.body)
+
+
+def test_a_turn_too_large_to_store_ends_its_stream_with_an_error_event(harness, start_proxy, mock):
+    config = interactions_config(harness.mock_url)
+    config["state"] = {"backend": "memory", "max_record_bytes": 2048}
+    c = genai_client(start_proxy(config))
+    mock.enqueue(Turn([Text("x" * 3000, chunks=["x" * 1500, "x" * 1500])]))
+    events = list(c.interactions.create(model=model(C), input="hi", stream=True))
+    kinds = [e.event_type for e in events]
+    assert kinds[0] == "interaction.created" and kinds[-1] == "error" and "interaction.completed" not in kinds
+    assert "state.max_record_bytes (2048)" in events[-1].error.message
+    with pytest.raises(APIError) as missing:  # never an answer whose id does not resolve
+        c.interactions.get(events[0].interaction.id)
+    assert missing.value.status_code == 404

@@ -41,9 +41,11 @@ import engine
 from proxai.http import errors as E
 from proxai.http import requestid
 from proxai.observability.logs import add_earlier_usage, log_request
-from proxai.endpoints.responses_state import TERMINAL_EVENTS, StateUnavailable, _frame
+from proxai.endpoints import replay, state_spec
+from proxai.endpoints.responses_state import StateUnavailable, _frame
 from proxai.http.detached import DetachedRequest, Writer
-from proxai.http.sse import encode_event
+from proxai.protocols import RESPONSES
+from proxai.routing import clients
 from proxai.state import StateError
 from proxai.http.streaming import HEARTBEAT
 
@@ -70,8 +72,8 @@ def requested(body: dict) -> bool:
     return body.get("background") is True
 
 
-def _mint() -> str:
-    return "resp_" + uuid.uuid4().hex + secrets.token_hex(8)
+def _mint(spec) -> str:
+    return spec.background.get("id_prefix", "") + uuid.uuid4().hex + secrets.token_hex(8)
 
 
 def _run_key(tenant: str, response_id: str) -> str:
@@ -104,17 +106,33 @@ class _Sink(Writer):
 
 
 
+def failure_frame(spec, snapshot: dict | None, code: str, message: str, seq: int) -> bytes:
+    """The event a failed run ends with: the protocol's failed snapshot (response.failed), or
+    its error event (Interactions' `error`, which its clients read as the end)."""
+    frame = spec.error_frame(code, message, seq)
+    if frame is not None:
+        return frame
+    failed = E.failed_snapshot(snapshot, code, message)
+    failed["background"] = True
+    name = spec.background.get("failed_event", "response.failed")
+    return f"event: {name}\ndata: ".encode() + orjson.dumps({"type": name, "sequence_number": seq, "response": failed})
+
+
 # --- one run ------------------------------------------------------------------------------
 
 
 class Run:
-    def __init__(self, runs: "Runs", state, tenant: str, response_id: str | None, snapshot: dict | None):
+    def __init__(self, runs: "Runs", state, tenant: str, response_id: str | None, snapshot: dict | None, spec=None):
         self.runs = runs
+        self.spec = spec = spec or state_spec.builtin(RESPONSES)
+        self._sequence = spec.background.get("sequence")  # the events' own sequence-number field, if any
+        self._terminal = frozenset(name.decode() for name in spec.terminal_events)
+        self._steps = replay.Steps(spec.steps) if spec.steps else None  # output items when no event carries them whole
         self.state = state
         self.tenant = tenant
         self.id = response_id
         self.snapshot = snapshot  # the latest Response, as GET answers it
-        self.status = "queued"
+        self.status = spec.background.get("queued_status", "queued")
         self.frames: list[tuple[int, bytes]] = []  # every frame so far: (sequence_number, bytes)
         self.items: dict[int, dict] = {}  # finished output items by output_index
         self.flushed_frames = 0
@@ -146,23 +164,32 @@ class Run:
         if name is None or payload is None:
             return
         event = name.decode()
-        seq = payload.get("sequence_number")
-        if not isinstance(seq, int) or seq <= self.last_seq:
-            seq = payload["sequence_number"] = self.last_seq + 1
+        spec = self.spec
+        if self._sequence:
+            seq = payload.get(self._sequence)
+            if not isinstance(seq, int) or seq <= self.last_seq:
+                seq = payload[self._sequence] = self.last_seq + 1
+        else:  # the events carry none: the run numbers them for itself
+            seq = self.last_seq + 1
         self.last_seq = seq
-        snapshot = payload.get("response")
+        snapshot = payload.get(spec.snapshot_field)
         if isinstance(snapshot, dict):
             if self.id is None and isinstance(snapshot.get("id"), str):
-                self.id = snapshot["id"]  # a Responses provider's own id (pass-through)
+                self.id = snapshot["id"]  # a provider's own id (pass-through)
             snapshot["id"] = self.id
-            snapshot["background"] = True
+            if "background" in spec.echo:
+                snapshot["background"] = True
             self.snapshot = snapshot
             status = snapshot.get("status")
             if isinstance(status, str):
                 self.status = status
-            if event in TERMINAL_EVENTS:
+            if event in self._terminal:
                 self.terminal = True
-        if event == "response.output_item.done" and isinstance(payload.get("output_index"), int):
+        if spec.id_field and self.id is not None and isinstance(payload.get(spec.id_field), str):
+            payload[spec.id_field] = self.id
+        if self._steps is not None:
+            self._steps.feed(name, payload)
+        if event == spec.background.get("item_done") and isinstance(payload.get("output_index"), int):
             self.items[payload["output_index"]] = payload.get("item")
         if event == "error":
             self.error = payload
@@ -179,8 +206,12 @@ class Run:
     def current(self) -> dict:
         """The Response as a poll sees it now: the latest snapshot with the items finished so far."""
         response = dict(self.snapshot or {})
+        output = self.spec.output
+        if self._steps is not None and (not self.terminal or not isinstance(response.get(output), list)):
+            response[output] = self._steps.items()
+        elif not self.terminal:
+            response[output] = [self.items[i] for i in sorted(self.items)]
         if not self.terminal:
-            response["output"] = [self.items[i] for i in sorted(self.items)]
             response["status"] = self.status
         return response
 
@@ -188,10 +219,13 @@ class Run:
         """End the run failed with a `response.failed` of the proxy's making (none came from the pipeline)."""
         if self.terminal:
             return
-        snapshot = E.failed_snapshot(self.current(), code, message)
-        snapshot["background"] = True
-        self._take(b"event: response.failed\ndata: " + orjson.dumps(
-            {"type": "response.failed", "sequence_number": self.last_seq + 1, "response": snapshot}))
+        failed = failure_frame(self.spec, self.current(), code, message, self.last_seq + 1)
+        error_event = self.spec.background.get("error_event")
+        self._take(failed)
+        if error_event:  # the protocol ends a failed stream with an error event, and no snapshot
+            self.snapshot = dict(self.current(), status="failed")
+            self.status = "failed"
+            self.terminal = True
 
     def end_cancelled(self) -> None:
         self.status = "cancelled"
@@ -204,7 +238,8 @@ class Run:
     # --- the store ---
 
     def doc(self) -> dict:
-        return {"id": self.id, "owner": self.runs.owner, "status": self.status, "response": self.current(),
+        return {"id": self.id, "protocol": self.spec.protocol, "owner": self.runs.owner, "status": self.status,
+                "response": self.current(),
                 "chunks": self.chunks, "last_seq": self.last_seq, "terminal": self.terminal}
 
     async def flush(self) -> None:
@@ -293,25 +328,28 @@ class Runs:
 
 
 async def start(proxy, request: web.Request, protocol: str, match, body: dict, info: dict) -> web.StreamResponse:
-    if body.get("store") is False:
-        raise E.InvalidRequest("background responses are stored: background: true needs store true (or left out)",
+    spec = state_spec.of(proxy.engine.wire, protocol)
+    if body.get(spec.store) is False:
+        raise E.InvalidRequest(f"background {spec.noun}s are stored: background: true needs {spec.store} true (or left out)",
                                param="background")
     state = proxy.state
     if state is None:
-        raise E.InvalidRequest("background responses need the state store, and state.backend is none",
+        raise E.InvalidRequest(f"background {spec.noun}s need the state store, and state.backend is none",
                                param="background")
     tenant = state.tenant(request)
     passthrough = match.provider.protocol == protocol
     run_body = {key: value for key, value in body.items() if key != "background"}
     run_body["stream"] = True  # the run reads the provider's stream, whatever the client asked for
-    response_id = None if passthrough else _mint()
+    response_id = None if passthrough else _mint(spec)
     runs: Runs = proxy.background
-    run = Run(runs, state, tenant, response_id, None if passthrough else _queued(proxy, protocol, body, response_id))
+    run = Run(runs, state, tenant, response_id, None if passthrough else _queued(proxy, protocol, body, response_id, spec),
+              spec)
     run_info = {key: value for key, value in info.items() if not key.startswith("_") or key in ("_client", "_started")}
     run_info.update(method="BACKGROUND", stream=True, _started=time.monotonic())
     from proxai.http.surface import INFO_KEY, dump_json
 
-    detached = DetachedRequest(request, _Sink(run), {INFO_KEY: run_info})
+    detached = DetachedRequest(request, _Sink(run), {INFO_KEY: run_info,
+                                                     clients.PRESENTED_KEY: request.get(clients.PRESENTED_KEY)})
     detached.fixed_response_id = response_id  # the id the stored response takes (responses_state.Turn)
     slot = proxy.limits.stream_slot(run_info, True)
     await slot.__aenter__()  # the client's concurrent_streams: refused now, in its own shape
@@ -341,9 +379,18 @@ async def start(proxy, request: web.Request, protocol: str, match, body: dict, i
     return _json(200, run.current())
 
 
-def _queued(proxy, protocol: str, body: dict, response_id: str) -> dict:
+def _queued(proxy, protocol: str, body: dict, response_id: str, spec) -> dict:
     """The queued Response, its echoed settings by the protocol's own response rules."""
     ctx = engine.Context(client_protocol=protocol, provider_protocol=protocol, client_body=body)
+    if "background" not in spec.echo:  # (Interactions) the resource the run's first snapshot starts from
+        response = proxy.engine.translate_response(ctx, {
+            "id": response_id, "object": spec.object, "status": "completed", "model": body.get("model") or "",
+            spec.output: [], "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        response.update(id=response_id, status=spec.background.get("queued_status", "queued"))
+        response.pop(spec.output, None)
+        if body.get(spec.previous) is not None:
+            response[spec.previous] = body[spec.previous]
+        return response
     response = proxy.engine.translate_response(ctx, {"id": response_id, "object": "response", "created_at": int(time.time()),
                                                      "status": "completed", "model": body.get("model") or "", "output": []})
     response.update(id=response_id, status="queued", completed_at=None, background=True, store=True,
@@ -376,7 +423,11 @@ async def _execute(proxy, run: Run, request, protocol: str, match, body: dict, r
         info.update(status=err.status, error=err.kind)
         if not run.opened.done():
             raise  # pass-through before the provider's first event: the creating request answers it
-        run.fail(err.message, proxy.engine.failure(protocol, err)["code"])
+        try:
+            code = proxy.engine.failure(protocol, err)["code"]
+        except Exception:  # a protocol without an errors.failure rule (its failed runs end with an error event)
+            code = err.code or err.kind
+        run.fail(err.message, code)
     except Exception as exc:
         log.error("internal error %s in background response %s", type(exc).__name__, run.id)
         info.update(status=500, error=type(exc).__name__)
@@ -402,8 +453,9 @@ def _account(proxy, run: Run, info: dict) -> None:
     """The run's own log line and metrics, as any request's (method BACKGROUND)."""
     info["duration_ms"] = round((time.monotonic() - info["_started"]) * 1000, 1)
     info.setdefault("status", 200)
-    if run.id is not None:
-        info["path"] = f"/v1/responses/{run.id}"
+    retrieve = run.spec.paths.get("retrieve") or ()
+    if run.id is not None and retrieve:
+        info["path"] = retrieve[0].replace("{id}", run.id)
     add_earlier_usage(info)
     log_request(**info)
     client = info.get("_client")
@@ -437,11 +489,13 @@ async def _settled(state, tenant: str, response_id: str) -> dict | None:
         raise _unavailable(exc) from None
     if alive is not None:
         return doc
-    failed = E.failed_snapshot(doc.get("response"), "server_error", RESTARTED)
-    failed["background"] = True
+    spec = state_spec.builtin(doc.get("protocol") or RESPONSES)
     seq = doc.get("last_seq", -1) + 1
-    frame = encode_event(orjson.dumps({"type": "response.failed", "sequence_number": seq, "response": failed}),
-                         "response.failed").decode()
+    frame = (failure_frame(spec, doc.get("response"), "server_error", RESTARTED, seq) + b"\n\n").decode()
+    if spec.background.get("error_event"):
+        failed = dict(doc.get("response") or {}, status="failed")
+    else:
+        failed = _frame(frame.encode())[1]["response"]
     marked = dict(doc, status="failed", response=failed, terminal=True, last_seq=seq, chunks=doc.get("chunks", 0) + 1)
     try:
         await state.store.kv_set(_events_key(tenant, response_id, doc.get("chunks", 0)), orjson.dumps([[seq, frame]]),
@@ -456,23 +510,44 @@ async def _settled(state, tenant: str, response_id: str) -> dict | None:
     return marked
 
 
-async def follow_local(run: Run, after: int):
+class _After:
+    """Which frames a GET stream shows: those after sequence number N (`starting_after`), or
+    after the event of a given id (`last_event_id`, as the protocol's spec names it)."""
+
+    def __init__(self, after: int | str, spec):
+        self._after = after
+        self._field = spec.event_id
+        self._passed = not isinstance(after, str)
+
+    def __call__(self, seq: int, frame: bytes) -> bool:
+        if not isinstance(self._after, str):
+            return seq > self._after
+        if self._passed:
+            return True
+        payload = _frame(frame.rstrip(b"\n"))[1] or {}
+        self._passed = payload.get(self._field) == self._after
+        return False
+
+
+async def follow_local(run: Run, after):
     """This process's own run: its frames after `after`, live."""
+    shows = after if callable(after) else _After(after, run.spec)
     i = 0
     while True:
         while i < len(run.frames):
             seq, frame = run.frames[i]
             i += 1
-            if seq > after:
+            if shows(seq, frame):
                 yield frame
         if run.terminal and i >= len(run.frames):
             return
         await run.changed.wait()
 
 
-async def follow_stored(state, tenant: str, response_id: str, after: int):
+async def follow_stored(state, tenant: str, response_id: str, after):
     """A run in the store (any instance's): its stored frames after `after`, then the new ones
     as the owner writes them, until the run is over."""
+    shows = after if callable(after) else (lambda seq, frame: seq > after)
     n = 0
     while True:
         doc = await _settled(state, tenant, response_id)
@@ -487,7 +562,7 @@ async def follow_stored(state, tenant: str, response_id: str, after: int):
                 break  # written after the doc counted it: read again
             n += 1
             for seq, frame in orjson.loads(data):
-                if seq > after:
+                if shows(seq, frame.encode()):
                     yield frame.encode()
         else:
             if doc.get("terminal"):
@@ -528,10 +603,13 @@ async def _stream_out(proxy, request: web.Request, frames, info: dict) -> web.St
     return response
 
 
-def _after(request: web.Request) -> int:
-    value = request.query.get("starting_after")
+def _after(request: web.Request, spec=None):
+    name = spec.background.get("after", "starting_after") if spec is not None else "starting_after"
+    value = request.query.get(name)
     if value is None:
         return -1
+    if spec is not None and spec.event_id and name != "starting_after":
+        return _After(value, spec)  # an event id
     try:
         return int(value)
     except ValueError:
@@ -561,7 +639,7 @@ async def answer(proxy, request: web.Request, endpoint: str, spec=None) -> web.S
     if endpoint != "retrieve":
         return None
     stream = request.query.get("stream", "false").lower() == "true"
-    after = _after(request) if stream else -1
+    after = _after(request, spec) if stream else -1
     local = proxy.background.local.get((tenant, response_id))
     if local is not None:
         if stream:
@@ -578,14 +656,14 @@ async def answer(proxy, request: web.Request, endpoint: str, spec=None) -> web.S
 _DELETED = object()  # the run's own keys are gone; the stored response (if any) goes next
 
 
-async def cancel(proxy, request: web.Request) -> web.Response:
-    """POST /v1/responses/{id}/cancel."""
-    proxy.authorize(request)
+async def cancel(proxy, request: web.Request, spec=None) -> web.Response:
+    """POST {resource}/cancel (/v1/responses/{id}/cancel)."""
+    spec = spec or state_spec.builtin(RESPONSES)
+    proxy.authorize(request, proxy.engine.wire.client_key(spec.protocol, request.headers, request.rel_url.query))
     state = proxy.state
     response_id = request.match_info["response_id"]
     if state is None:
-        raise E.NotFound(f"Response with id '{response_id}' not found.", error_type="invalid_request_error",
-                         type_family="openai")
+        raise spec.not_found(response_id)
     tenant = state.tenant(request)
     doc = await _settled(state, tenant, response_id)
     if doc is None:
@@ -594,10 +672,9 @@ async def cancel(proxy, request: web.Request) -> web.Response:
         except StateError as exc:
             raise _unavailable(exc) from None
         if stored is not None:
-            raise E.InvalidRequest("Cannot cancel a synchronous response: only a response created with background: true "
-                                   "can be cancelled", param="response_id")
-        raise E.NotFound(f"Response with id '{response_id}' not found.", error_type="invalid_request_error",
-                         type_family="openai")
+            raise E.InvalidRequest(f"Cannot cancel a synchronous {spec.noun}: only a {spec.noun} created with background: "
+                                   "true can be cancelled", param=spec.background.get("id_param", "id"))
+        raise spec.not_found(response_id)
     if doc.get("terminal"):
         return _stamped(_json(200, doc["response"]))
     local = proxy.background.local.get((tenant, response_id))
@@ -618,8 +695,7 @@ async def cancel(proxy, request: web.Request) -> web.Response:
             break
         await asyncio.sleep(_FOLLOW_POLL_SECS)
     if doc is None:
-        raise E.NotFound(f"Response with id '{response_id}' not found.", error_type="invalid_request_error",
-                         type_family="openai")
+        raise spec.not_found(response_id)
     return _stamped(_json(200, doc["response"]))
 
 
@@ -629,7 +705,14 @@ def _stamped(response: web.Response) -> web.Response:
 
 
 def add_routes(app: web.Application, proxy) -> None:
-    async def handle(request: web.Request) -> web.Response:
-        return await cancel(proxy, request)
+    """POST {resource}/cancel of each protocol with background runs (its state.paths.cancel)."""
+    def handler(protocol: str):
+        async def handle(request: web.Request) -> web.Response:
+            return await cancel(proxy, request, state_spec.of(proxy.engine.wire, protocol))
 
-    app.router.add_post("/v1/responses/{response_id}/cancel", handle)
+        return handle
+
+    for protocol in proxy.engine.wire.names:
+        spec = state_spec.of(proxy.engine.wire, protocol)
+        for path in (spec.paths.get("cancel") or ()) if spec is not None and spec.background else ():
+            app.router.add_post(path.replace("{id}", "{response_id}"), handler(protocol))

@@ -235,7 +235,7 @@ class ResponsesState:
     # --- tenancy ---
 
     def tenant(self, request: web.Request) -> str:
-        own = request.get(clients.PRESENTED_KEY) if isinstance(request, web.Request) else None
+        own = request.get(clients.PRESENTED_KEY) if hasattr(request, "get") else None
         presented = own or clients.presented(request.headers)
         if not self.up or self._key is None:  # no I/O to learn what the supervisor knows already
             raise StateUnavailable(f"the state store is unavailable: {self.reason}")
@@ -455,8 +455,9 @@ class _StreamTee:
         return getattr(self._inner, name)
 
     async def _fail(self, out: list, err: E.ProxyError, snapshot: dict | None) -> None:
-        await self._inner.write(b"".join(out) + E.render_stream(
-            self._spec.protocol, err, sequence_number=self._seq, response=snapshot))
+        frame = self._spec.error_frame(err.code or err.kind, err.message, self._seq + 1)
+        await self._inner.write(b"".join(out) + (frame + b"\n\n" if frame is not None else E.render_stream(
+            self._spec.protocol, err, sequence_number=self._seq, response=snapshot)))
         self._dead = True
 
     async def write(self, data: bytes) -> None:

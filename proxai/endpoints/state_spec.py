@@ -17,6 +17,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from proxai.http import errors as E
 
 
@@ -46,6 +48,7 @@ class StateSpec:
     event_id: str | None = None  # the field of each event's resumable id
     steps: dict = field(default_factory=dict)
     replay: dict = field(default_factory=dict)
+    background: dict = field(default_factory=dict)
 
     @property
     def noun(self) -> str:
@@ -58,6 +61,18 @@ class StateSpec:
     def not_found(self, resource_id: str) -> E.NotFound:
         return E.NotFound(f"{self.noun.capitalize()} with id '{resource_id}' not found.",
                           error_type=self.not_found_type, type_family=self.vocabulary if self.not_found_type else None)
+
+    def error_frame(self, code: str, message: str, n: int) -> bytes | None:
+        """The protocol's in-stream error event (`background.error_event`: Interactions'
+        `error`, which its clients read as the stream's end) as one SSE frame without its
+        blank line; None for a protocol whose failed stream ends on a failed snapshot."""
+        name = self.background.get("error_event")
+        if not name:
+            return None
+        payload = {self.replay.get("type_field", "type"): name, "error": {"code": code, "message": message}}
+        if self.event_id:
+            payload[self.event_id] = f"evt_failed_{n}"
+        return f"event: {name}\ndata: ".encode() + orjson.dumps(payload)
 
     def input_items(self, value: Any) -> list:
         """The request's input as stored items: a string becomes `text_input`, a list of only
@@ -95,6 +110,9 @@ class StateSpec:
                 item["status"] = "completed"
             items.append(item)
         return items
+
+
+NONE = StateSpec(protocol="", previous="", store="", input="", output="", object="", text_input={})  # no state section
 
 
 def _fill(template: Any, name: str, value: Any) -> Any:
@@ -152,5 +170,5 @@ def _spec(protocol: str, section: dict, vocabulary: str | None) -> StateSpec:
         snapshot_events=frozenset(name.encode() for name in stream.get("snapshot") or ()),
         terminal_events=frozenset(name.encode() for name in stream.get("terminal") or ()),
         id_field=stream.get("id_field"), event_id=stream.get("event_id"), steps=stream.get("steps") or {},
-        replay=section.get("replay") or {},
+        replay=section.get("replay") or {}, background=section.get("background") or {},
     )

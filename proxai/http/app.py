@@ -242,7 +242,7 @@ class Proxy:
         info.update(model=model, stream=stream)
         assert self.router is not None
         match = self.route(model, protocol, info)
-        if background.requested(body) and self.engine.wire.has(protocol, "stored_responses"):
+        if background.requested(body) and (state_spec.of(self.engine.wire, protocol) or state_spec.NONE).background:
             return await background.start(self, request, protocol, match, body, info)  # answers at once, runs on
         async with self.limits.stream_slot(info, stream):
             return await self.serve(request, protocol, match, body, raw, stream, info)
