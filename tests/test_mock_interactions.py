@@ -275,6 +275,9 @@ def test_background_runs_finish_on_get_and_cancel(client, url, mock):
     cancelled = client.interactions.cancel(second.id)
     assert cancelled.status == "cancelled" and client.interactions.get(second.id).status == "cancelled"
     assert mock.requests[-2].method == "POST" and mock.requests[-2].path == f"/v1/interactions/{second.id}/cancel"
+    # a background run is stored, so it cannot be store: false
+    r = post(url, {"model": "m", "input": "x", "background": True, "store": False})
+    assert r.status_code == 400 and r.json()["error"]["message"].startswith("store:")
     # only an interaction in progress can be cancelled
     r = httpx.post(url + f"/v1beta/interactions/{done.id}/cancel")
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_request"

@@ -77,6 +77,8 @@ class InteractionLedger:
     def check(self, body: dict) -> None:
         """Raise Invalid (400) or NotFound (404) for what the API refuses in a create request."""
         interactions_schema.check_request(body)
+        if body.get("background") is True and body.get("store") is False:
+            raise Invalid("store", "a background interaction is stored: `store: false` cannot be used with `background: true`")
         previous = body.get("previous_interaction_id")
         if previous is not None:
             self.get(previous)
