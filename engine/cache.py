@@ -16,7 +16,8 @@ What pickle cannot carry is handled by reference: a generated function becomes i
 code object (marshal) and its globals; any object that is a module-level name of an
 engine, proxai or jmespath module (sentinels such as ``MISS``, hook functions, shared
 option tables) is looked up again by that name, so identity checks still hold; a
-protocol folder's hooks module is executed again from its file. An entry that does
+protocol folder's hooks module is executed again from its file and its objects (hook
+functions, classes) looked up in it. An entry that does
 not load (partial, corrupt, from another engine) is a miss.
 
 ``PROXAI_RULES_CACHE`` names the directory; ``off`` turns the cache off. The default
@@ -108,10 +109,17 @@ def key(dirs: list[Path], hooks: dict) -> str | None:
 # --- writing -----------------------------------------------------------------------
 
 
-def _references() -> dict:
+def _references(hook_namespaces=()) -> dict:
     """id -> (module, name) of every module-level object of the referenced packages, and
-    of each module and module namespace (and the builtins) by name."""
+    of each module and module namespace (and the builtins) by name; a protocol folder's
+    hooks module (``hook_namespaces``, not importable by name) by its file."""
     refs: dict = {id(builtins.__dict__): ("builtins_dict",)}
+    for namespace in hook_namespaces:
+        modname, file = namespace["__name__"], namespace["__file__"]
+        refs.setdefault(id(namespace), ("hook_module_dict", modname, file))
+        for attr, value in list(namespace.items()):
+            if not isinstance(value, _ATOMIC) and not isinstance(value, types.ModuleType):
+                refs.setdefault(id(value), ("hook_attr", modname, file, attr))
     for modname, module in list(sys.modules.items()):
         if module is None or modname.split(".")[0] not in _REFERENCED_PACKAGES:
             continue
@@ -126,9 +134,9 @@ def _references() -> dict:
 
 
 class _Pickler(pickle.Pickler):
-    def __init__(self, file):
+    def __init__(self, file, hook_namespaces=()):
         super().__init__(file, _PROTOCOL)
-        self.refs = _references()
+        self.refs = _references(hook_namespaces)
 
     def persistent_id(self, obj):
         ref = self.refs.get(id(obj))
@@ -136,10 +144,6 @@ class _Pickler(pickle.Pickler):
             return ref
         if isinstance(obj, types.ModuleType):
             return ("module", obj.__name__)
-        if type(obj) is types.FunctionType:
-            name = obj.__globals__.get("__name__") or ""
-            if name.startswith(_HOOK_MODULE_PREFIX):
-                return ("protocol_hook", name, obj.__globals__["__file__"], obj.__qualname__)
         return None
 
     def reducer_override(self, obj):
@@ -178,15 +182,19 @@ def _set_function(fn, state):
         fn.__dict__.update(attrs)
 
 
-def store(name: str, rules, lines: dict) -> bool:
+def store(name: str, rules, lines: dict, hooks=()) -> bool:
     """Write the entry ``name`` for ``rules`` (and the generated source ``lines`` kept for
-    tracebacks); False when it cannot be written (the cache is then just not used)."""
+    tracebacks); ``hooks`` are the protocol folders' own hook functions, whose modules'
+    objects are stored by name. False when it cannot be written (the cache is then just
+    not used)."""
     root = directory()
     if root is None:
         return False
+    namespaces = {id(g): g for g in (getattr(fn, "__globals__", None) for fn in hooks)
+                  if g is not None and str(g.get("__name__", "")).startswith(_HOOK_MODULE_PREFIX) and g.get("__file__")}
     buffer = io.BytesIO()
     try:
-        _Pickler(buffer).dump((name, rules, lines))
+        _Pickler(buffer, namespaces.values()).dump((name, rules, lines))
     except Exception:  # noqa: BLE001 - something pickle cannot carry: the rules load as they did, uncached
         return False
     try:
@@ -222,6 +230,16 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self.hook_modules: dict = {}
 
+    def hook_module(self, modname: str, file: str):
+        """A protocol folder's hooks module, executed once per entry as engine.wire loads it."""
+        module = self.hook_modules.get(modname)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(modname, file)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            self.hook_modules[modname] = module
+        return module
+
     def persistent_load(self, pid):
         kind = pid[0]
         if kind == "builtins_dict":
@@ -232,18 +250,10 @@ class _Unpickler(pickle.Unpickler):
             return vars(importlib.import_module(pid[1]))
         if kind == "attr":
             return getattr(importlib.import_module(pid[1]), pid[2])
-        if kind == "protocol_hook":
-            _, modname, file, qualname = pid
-            module = self.hook_modules.get(modname)
-            if module is None:  # as engine.wire.protocol_hooks loads it
-                spec = importlib.util.spec_from_file_location(modname, file)
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                self.hook_modules[modname] = module
-            target = module
-            for part in qualname.split("."):
-                target = getattr(target, part)
-            return target
+        if kind == "hook_module_dict":
+            return vars(self.hook_module(pid[1], pid[2]))
+        if kind == "hook_attr":
+            return getattr(self.hook_module(pid[1], pid[2]), pid[3])
         raise pickle.UnpicklingError(f"unknown reference {kind!r}")
 
 

@@ -363,7 +363,7 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
     enums = {name: values for name, (values, _, _) in layered.enums.items()}
     rules, problems = Rules(codecs, streams, tables, enums, protocols), _unique(problems)
     if entry and not problems:
-        cache.store(entry, rules, _generated_lines())
+        cache.store(entry, rules, _generated_lines(), own_hooks.values())
     return rules, problems
 
 
