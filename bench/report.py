@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from bench import micro
+from bench import startup as startup_bench
 from bench.payloads import PROTOCOLS, SHORT
 
 # The targets of the performance issue, step 2 (proxy pinned to one core, medians over rounds,
@@ -222,6 +223,9 @@ def targets(result: dict) -> list[dict]:
     out.append(_memory_target(result))
 
     startup = (result.get("proxy") or {}).get("startup_s")
+    warm = (result.get("startup") or {}).get("warm")
+    if warm:  # the shipped rules from the compiled-rules cache, as every process after the first
+        startup = statistics.median(warm)
     out.append({"target": "startup (spawn to healthy /healthz, config + rules load)", "goal": f"< {STARTUP_S:g} s",
                 "measured": f"{startup:.2f} s" if startup is not None else "-",
                 "verdict": "not measured" if startup is None else ("met" if startup < STARTUP_S else "**missed**")})
@@ -521,4 +525,8 @@ def _memory(result: dict, proxy: dict) -> list[str]:
         parts.append("after each round " + ", ".join(f"{x['rss_kb'] / 1024:.1f}" for x in mem) + " MiB")
     if proxy.get("peak_rss_kb"):
         parts.append(f"peak (VmHWM) {proxy['peak_rss_kb'] / 1024:.1f} MiB")
-    return ["## Proxy process", "", "; ".join(parts) + ".", ""]
+    lines = ["## Proxy process", "", "; ".join(parts) + ".", ""]
+    if result.get("startup"):
+        lines += [startup_bench.summary(result["startup"]) + " (off: every process compiles the rules; cold: "
+                  "compiles and writes the entry; warm: loads it).", ""]
+    return lines

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from bench import micro, payloads, placement, procstat, published, report
+from bench import micro, payloads, placement, procstat, published, report, startup
 from bench.payloads import ANTHROPIC, PATHS, PROTOCOLS, SHORT, TERMINAL
 from bench.processes import BENCH_KEY, ROOT, Driver, Floor, Proxy, Upstream
 
@@ -120,6 +120,9 @@ def run(opts: argparse.Namespace) -> dict:
     try:
         upstream = Upstream(opts.deltas, opts.events_per_write, opts.gap_ms, cpus=where.load)
         driver = Driver(cpus=where.load)
+        if opts.startup_runs:
+            log(opts, f"startup with the rules cache off, cold and warm ({opts.startup_runs} runs)")
+            result["startup"] = startup.measure(upstream.url, opts.startup_runs, where.proxy)
         log(opts, f"starting the proxy {opts.proxy_args or ''}".rstrip() + f"; {where.describe()}")
         proxy = Proxy(upstream.url, workdir, opts.proxy_log_level, opts.proxy_args, profile_to, cpus=where.proxy)
         floor = Floor(upstream.url, cpus=where.proxy)
@@ -307,6 +310,8 @@ def parser() -> argparse.ArgumentParser:
                    help="concurrency of the published method's req/s (default 64, quick 16)")
     p.add_argument("--published-requests", type=int,
                    help="requests per round of the published method's latency at c=1 (default 200, quick 40)")
+    p.add_argument("--startup-runs", type=int,
+                   help="spawn-to-healthy runs with the compiled-rules cache off, cold and warm (default 3, quick 1; 0: none)")
     p.add_argument("--micro-seconds", type=float, help="time per micro measurement (default 0.3, quick 0.1)")
     p.add_argument("--no-micro", action="store_true", help="skip the engine micro benchmarks")
     p.add_argument("--proxy-args", default="", help="extra arguments for server.py, e.g. '--workers 2'")
@@ -327,6 +332,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     opts.concurrency = opts.concurrency or ([1, 16] if quick else [1, 16, 64])
     opts.seconds = opts.seconds or (0.4 if quick else 0.75)
     opts.micro_seconds = opts.micro_seconds or (0.1 if quick else 0.3)
+    if opts.startup_runs is None:
+        opts.startup_runs = 1 if quick else 3
     opts.published_concurrency = opts.published_concurrency or (16 if quick else 64)
     opts.published_requests = opts.published_requests or (40 if quick else 200)
     bad = [m for m in opts.modes if m not in MODES]

@@ -38,7 +38,8 @@ def test_orchestrator_runs_every_target_and_writes_results(tmp_path):
     out = tmp_path / "bench.json"
     opts = run.options(["--rounds", "1", "--concurrency", "1", "--requests", "3", "--seconds", "5",
                         "--published-requests", "3", "--published-concurrency", "2",
-                        "--no-micro", "--deltas", "8", "--proxy-log-level", "warning", "--silent", "--json", str(out)])
+                        "--no-micro", "--deltas", "8", "--proxy-log-level", "warning", "--silent", "--json", str(out),
+                        "--startup-runs", "1"])
     result = run.run(opts)
 
     saved = json.loads(out.read_text())
@@ -63,7 +64,12 @@ def test_orchestrator_runs_every_target_and_writes_results(tmp_path):
     for t in saved["targets"]:  # a translated pair either ran or carries its error
         assert t["error"] or t["runs"]["1"][0]["requests"] == 3, t["name"]
 
+    # startup with the compiled-rules cache off, then cold (compile, write the entry), then warm (load it)
+    assert {k: len(v) for k, v in saved["startup"].items()} == {"off": 1, "cold": 1, "warm": 1}
+    assert all(0 < v[0] < 30 for v in saved["startup"].values())
+
     md = result["markdown"]
+    assert "rules cache off " in md and ", warm " in md
     assert "## Targets" in md and "## Load driver ceiling" in md and "## Against the floor" in md
     assert "| CPU × floor | p50 × floor | p99 × floor |" in md and "| TTFB × floor |" in md
     for name in targets:
