@@ -139,6 +139,9 @@ def test_get_delete_and_tenants(client, stateful, mock):
     with pytest.raises(APIError):
         other.interactions.create(model=model(C), input="x", previous_interaction_id=mine.id)
     assert client.interactions.get(mine.id).steps[0].content[0].text == "mine"
+    with_input = client.interactions.get(mine.id, include_input=True)
+    assert with_input.input[0].type == "user_input" and with_input.input[0].content[0].text == "hi"
+    assert client.interactions.get(mine.id).input is None
     client.interactions.delete(mine.id)
     with pytest.raises(APIError) as gone:
         client.interactions.get(mine.id)

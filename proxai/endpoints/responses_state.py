@@ -314,6 +314,8 @@ class ResponsesState:
         record = await self._record(request, spec)
         if request.query.get("stream", "false").lower() == "true" and spec.event_id:
             return await replay.stream(self, request, spec, record)
+        if spec.include_input and request.query.get(spec.include_input, "false").lower() == "true":
+            return _json(200, {**record.response, spec.input: record.input_items})
         return _json(200, record.response)
 
     async def delete(self, request: web.Request, spec: StateSpec) -> web.Response:

@@ -49,6 +49,7 @@ class StateSpec:
     steps: dict = field(default_factory=dict)
     replay: dict = field(default_factory=dict)
     background: dict = field(default_factory=dict)
+    include_input: str | None = None
 
     @property
     def noun(self) -> str:
@@ -171,4 +172,5 @@ def _spec(protocol: str, section: dict, vocabulary: str | None) -> StateSpec:
         terminal_events=frozenset(name.encode() for name in stream.get("terminal") or ()),
         id_field=stream.get("id_field"), event_id=stream.get("event_id"), steps=stream.get("steps") or {},
         replay=section.get("replay") or {}, background=section.get("background") or {},
+        include_input=section.get("include_input"),
     )
