@@ -307,5 +307,10 @@ def test_demo_mode_answers_an_interactions_client(harness):
         assert answer.steps[-1].content[0].text == "The tool answered: sunny"
         kinds = [e.event_type for e in c.interactions.create(model="demo", input="hi", stream=True)]
         assert kinds[0] == "interaction.created" and kinds[-1] == "interaction.completed"
+        # a prefix crosses to another protocol's mock
+        for prefix, name in (("chat/", "OpenAI Chat Completions"), ("responses/", "OpenAI Responses"),
+                             ("anthropic/", "Anthropic Messages"), ("gemini/", "Gemini generateContent")):
+            text = c.interactions.create(model=prefix + "demo", input="hi").steps[-1].content[0].text
+            assert f"demo {name} upstream" in text
     finally:
         p.stop()
