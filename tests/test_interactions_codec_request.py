@@ -450,3 +450,19 @@ def test_the_summary_reads_usage_stop_model_and_id_off_an_interaction(eng):
     assert (s["stop"], s["model"], s["id"]) == ("tool_use", "gemini-3-flash-preview", "int_1")
     assert eng.summary(INTERACTIONS, {**body, "status": "incomplete"})["stop"] == "max_tokens"
     assert eng.summary(INTERACTIONS, {**body, "status": "completed", "steps": []})["stop"] == "end_turn"
+
+
+def test_an_http_error_is_the_sdks_client_error_data(eng):
+    """{error: {code, message}} with a string code: google-genai's interactions client
+    parses it into CreateInteractionClientErrorData (a google.rpc.Status, with its
+    numeric code, fails there)."""
+    from google.genai._gaos.errors.createinteraction import CreateInteractionClientErrorData
+
+    body = eng.http_error(INTERACTIONS, InvalidRequest("must be a string", param="input"))
+    assert body == {"error": {"code": "invalid_request", "message": "must be a string (at input)"}}
+    CreateInteractionClientErrorData.model_validate(body)
+    # A provider's error body: its code is kept as its type; a google.rpc.Status is read too.
+    assert eng.parse_error(INTERACTIONS, 429, {"error": {"code": "rate_limit_exceeded", "message": "slow"}}) == {
+        "message": "slow", "error_type": "rate_limit_exceeded", "status": 429, "vocabulary": INTERACTIONS}
+    parsed = eng.parse_error(INTERACTIONS, 400, {"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}})
+    assert (parsed["message"], parsed["error_type"]) == ("bad", "INVALID_ARGUMENT")
