@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import httpx2 as httpx
 import pytest
@@ -17,6 +20,7 @@ from google.genai._interactions_errors import APIStatusError
 from proxai.mock import Error, Json, MockUpstream, Reasoning, Text, ToolCall, Turn, Usage, render_interactions
 from proxai.mock.turn import Image
 
+ROOT = Path(__file__).resolve().parent.parent
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n-mock-image").decode()
 SIGNATURE = "sig-" + "Q" * 40
 WEATHER = {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
@@ -151,6 +155,17 @@ def test_the_mock_asserts_what_it_sends():
         render_interactions.events(Turn([Text("x")], stop={"gemini_interactions": "finished"}), {"model": "m"})
     with pytest.raises(AssertionError, match="error body"):
         render_interactions.error_body(400, "x", code=400)  # the code is a string (google.rpc's number is not)
+
+
+def test_the_mock_serves_without_the_sdk_installed():
+    """google-genai is a test dependency: demo mode in a bare install still has the mock."""
+    code = ("import sys; sys.modules['google.genai'] = None\n"
+            "from proxai.mock import Text, Turn, render_interactions\n"
+            "from proxai.mock.interactions_schema import check_request\n"
+            "check_request({'model': 'm', 'input': 'x'})\n"
+            "print(render_interactions.body(Turn([Text('hi')]), {'model': 'm'})['status'])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 0 and done.stdout.strip() == "completed", done.stderr
 
 
 # --- what the mock refuses ---

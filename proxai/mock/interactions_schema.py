@@ -14,11 +14,16 @@ import json
 import re
 import warnings
 
-from pydantic import BaseModel, ValidationError
+# The SDK is a test dependency, not the proxy's: without it (demo mode in a bare install) the
+# mock still serves, unchecked, rather than failing to import.
+try:
+    from pydantic import BaseModel, ValidationError
 
-from google.genai._gaos.errors.createinteraction import CreateInteractionClientErrorData
-from google.genai._gaos.types import interactions as sdk
-from google.genai._gaos.types.basemodel import UnrecognizedStr
+    from google.genai._gaos.errors.createinteraction import CreateInteractionClientErrorData
+    from google.genai._gaos.types import interactions as sdk
+    from google.genai._gaos.types.basemodel import UnrecognizedStr
+except ImportError:  # pragma: no cover - exercised by a subprocess test
+    sdk = None
 
 # Stands in for the client's model name while validating (the SDK's Model is a closed list plus
 # any string, and strict mode takes only the list).
@@ -72,6 +77,8 @@ def _walk(obj, path: list, found: list) -> None:
 def _problems(cls, body) -> list[Invalid]:
     if not isinstance(body, dict):
         return [Invalid("", "the body must be a JSON object")]
+    if sdk is None:
+        return []
     shaped = dict(body)
     if isinstance(shaped.get("model"), str):
         shaped["model"] = _KNOWN_MODEL
@@ -88,7 +95,7 @@ def _problems(cls, body) -> list[Invalid]:
 
 def check_request(body) -> None:
     """Raise Invalid for the first thing the API refuses in a create-interaction body."""
-    problems = _problems(sdk.CreateModelInteraction, body)
+    problems = _problems(sdk and sdk.CreateModelInteraction, body)
     if problems:
         raise problems[0]
 
@@ -100,12 +107,12 @@ def _assert_valid(cls, body, what: str) -> None:
 
 
 def assert_interaction(body: dict) -> None:
-    _assert_valid(sdk.Interaction, body, "Interaction")
+    _assert_valid(sdk and sdk.Interaction, body, "Interaction")
 
 
 def assert_event(event: dict) -> None:
-    _assert_valid(sdk.InteractionSSEStreamEvent, {"data": event}, "event")
+    _assert_valid(sdk and sdk.InteractionSSEStreamEvent, {"data": event}, "event")
 
 
 def assert_error(body: dict) -> None:
-    _assert_valid(CreateInteractionClientErrorData, body, "error body")
+    _assert_valid(sdk and CreateInteractionClientErrorData, body, "error body")
