@@ -127,23 +127,23 @@ class Upstream:
                 out.append((m["call_id"], json.dumps(m["result"])))
         return out
 
-    def images(self) -> list[str]:
-        """Every image of the user turns, as standard base64."""
+    def images(self) -> list[tuple[str, str]]:
+        """(media type, standard or URL-safe base64) of every image of the user turns."""
         out = []
         for m in self.messages():
             for p in m.get("content", m.get("parts")) or ():
                 if not isinstance(p, dict):
                     continue
-                if p.get("type") == "image_url":
-                    out.append(p["image_url"]["url"].split(",", 1)[1])
-                elif p.get("type") == "input_image":
-                    out.append(p["image_url"].split(",", 1)[1])
+                if p.get("type") in ("image_url", "input_image"):
+                    url = p["image_url"]["url"] if p["type"] == "image_url" else p["image_url"]
+                    head, data = url.split(",", 1)
+                    out.append((head.removeprefix("data:").removesuffix(";base64"), data))
                 elif p.get("type") == "image" and "source" in p:
-                    out.append(p["source"]["data"])
+                    out.append((p["source"]["media_type"], p["source"]["data"]))
                 elif p.get("type") == "image":
-                    out.append(p["data"])
+                    out.append((p["mime_type"], p["data"]))
                 elif "inlineData" in p:
-                    out.append(p["inlineData"]["data"])
+                    out.append((p["inlineData"]["mimeType"], p["inlineData"]["data"]))
         return out
 
     def schema(self):
@@ -366,7 +366,8 @@ def test_image_input(client, mock, kind, stream):
     assert r.text == "A tiny PNG."
     u = upstream(mock, kind, stream)
     assert u.user_texts() == ["what is it?"]
-    (data,) = u.images()
+    ((media_type, data),) = u.images()
+    assert media_type == "image/png"
     assert base64.b64decode(data + "=" * (-len(data) % 4), altchars=b"-_" if "-" in data or "_" in data else None) == RAW_IMAGE
 
 
