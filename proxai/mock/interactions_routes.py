@@ -64,7 +64,7 @@ class InteractionsEndpoints:
         elif (m := ONE.match(path)) and method == "GET":
             reply = self._guard(lambda: self._get(m.group(1), request.rel_url.query))
         elif (m := ONE.match(path)) and method == "DELETE":
-            reply = self._guard(lambda: (self.ledger.delete(m.group(1)), Json({}))[1])
+            reply = self._guard(lambda: self._delete(m.group(1)))
         else:
             reply = Json(render_interactions.error_body(404, f"no route for {method} {path}"), status=404)
         shaped = dict(record.body or {})
@@ -78,6 +78,10 @@ class InteractionsEndpoints:
             return answer()
         except (Invalid, NotFound) as e:
             return _refused(e)
+
+    def _delete(self, ident: str):
+        self.ledger.delete(ident)
+        return Json({})
 
     def _get(self, ident: str, query):
         served = self.ledger.finish(ident)
