@@ -466,3 +466,26 @@ def test_an_http_error_is_the_sdks_client_error_data(eng):
         "message": "slow", "error_type": "rate_limit_exceeded", "status": 429, "vocabulary": INTERACTIONS}
     parsed = eng.parse_error(INTERACTIONS, 400, {"error": {"code": 400, "message": "bad", "status": "INVALID_ARGUMENT"}})
     assert (parsed["message"], parsed["error_type"]) == ("bad", "INVALID_ARGUMENT")
+
+
+def test_the_answers_steps_replayed_as_the_next_input_restore_the_providers_state(eng):
+    """An Anthropic provider's thinking reaches an Interactions client as a thought step
+    (response.encode: the envelope in `signature`); the client sends the answer's steps
+    back in the next input, and the Anthropic request gets the signature again."""
+    c = ctx(provider="anthropic_messages", name="claude")
+    answer = eng.encode_response(c, {
+        "id": "msg_1", "model": "claude-x", "stop": "tool_use", "usage": {"input_tokens": 5, "output_tokens": 3},
+        "content": [{"type": "reasoning", "text": "I should call f",
+                     "opaque": {"protocol": "anthropic_messages", "provider": "claude", "signature": "ANTHROPIC-SIG"}},
+                    {"type": "tool_call", "id": "toolu_1", "name": "f", "arguments": '{"a":1}'}]})
+    turn2 = {"model": "m", "input": [{"type": "user_input", "content": [{"type": "text", "text": "q"}]},
+                                     *answer["steps"],
+                                     {"type": "function_result", "call_id": "toolu_1", "result": "42"}],
+             "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"}}],
+             "generation_config": {"max_output_tokens": 1000, "thinking_level": "high", "thinking_summaries": "auto"}}
+    sent = eng.translate_request(ctx(provider="anthropic_messages", name="claude"), turn2)
+    assistant = sent["messages"][1]
+    assert assistant["role"] == "assistant"
+    assert assistant["content"][0] == {"type": "thinking", "thinking": "I should call f", "signature": "ANTHROPIC-SIG"}
+    assert assistant["content"][1]["type"] == "tool_use" and assistant["content"][1]["id"] == "toolu_1"
+    assert sent["messages"][2]["content"][0]["tool_use_id"] == "toolu_1"
