@@ -17,7 +17,7 @@ from google import genai
 from google.genai._gaos.types import interactions as sdk
 from google.genai._interactions_errors import APIStatusError
 
-from proxai.mock import Error, Json, MockUpstream, Reasoning, Text, ToolCall, Turn, Usage, render_interactions
+from proxai.mock import Error, Hang, Json, MockUpstream, Reasoning, Text, ToolCall, Turn, Usage, render_interactions
 from proxai.mock.turn import Image
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -143,6 +143,19 @@ def test_a_stream_stalls_where_the_turn_says(url, mock):
     with pytest.raises(httpx.ReadTimeout):
         with httpx.stream("POST", url + "/v1beta/interactions", json={"model": "m", "input": "x", "stream": True},
                           timeout=httpx.Timeout(5, read=0.1)) as r:
+            for _ in r.iter_bytes():
+                pass
+
+
+def test_a_hang_answers_nothing(url, mock):
+    mock.enqueue(Hang(2.0), Hang(2.0, after_headers=True))
+    with pytest.raises(httpx.ReadTimeout):
+        post_timeout = httpx.Timeout(5, read=0.2)
+        httpx.post(url + "/v1beta/interactions", json={"model": "m", "input": "x"}, timeout=post_timeout)
+    with pytest.raises(httpx.ReadTimeout):
+        with httpx.stream("POST", url + "/v1beta/interactions", json={"model": "m", "input": "x", "stream": True},
+                          timeout=httpx.Timeout(5, read=0.2)) as r:
+            assert r.headers["content-type"].startswith("text/event-stream")
             for _ in r.iter_bytes():
                 pass
 
