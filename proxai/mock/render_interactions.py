@@ -40,7 +40,7 @@ def status(turn: Turn) -> str:
 
 def usage(turn: Turn) -> dict:
     u = usage_for(turn)
-    out = {
+    return {
         "total_input_tokens": u.input_tokens,
         "total_output_tokens": max(0, u.output_tokens - u.reasoning_tokens),
         "total_thought_tokens": u.reasoning_tokens,
@@ -49,7 +49,6 @@ def usage(turn: Turn) -> dict:
         "total_tokens": u.input_tokens + u.output_tokens,
         "input_tokens_by_modality": [{"modality": "text", "tokens": u.input_tokens}],
     }
-    return out
 
 
 def shows_summaries(request: dict) -> bool:
@@ -57,7 +56,7 @@ def shows_summaries(request: dict) -> bool:
     return config.get("thinking_summaries") != "none"
 
 
-def _steps(turn: Turn, request: dict) -> list[tuple[str, object]]:
+def _steps(turn: Turn) -> list[tuple[str, object]]:
     """(kind, block) per output step: thought, text, image, call, or signature (a bare thought)."""
     out: list[tuple[str, object]] = []
     for b in turn.blocks:
@@ -93,7 +92,7 @@ def _step(kind: str, b, request: dict) -> dict:
 
 
 def steps(turn: Turn, request: dict) -> list[dict]:
-    return [_step(kind, b, request) for kind, b in _steps(turn, request)]
+    return [_step(kind, b, request) for kind, b in _steps(turn)]
 
 
 def body(turn: Turn, request: dict) -> dict:
@@ -141,7 +140,7 @@ def events(turn: Turn, request: dict) -> list[tuple[str, dict]]:
     created = timestamp()
     head = {"id": ident, "model": model, "object": OBJECT, "created": created}
     out: list[dict] = [{"event_type": "interaction.created", "interaction": {**head, "status": "in_progress"}}]
-    for index, (kind, b) in enumerate(_steps(turn, request)):
+    for index, (kind, b) in enumerate(_steps(turn)):
         start, deltas = _step_events(kind, b, request)
         out.append({"event_type": "step.start", "index": index, "step": start})
         out += [{"event_type": "step.delta", "index": index, "delta": d} for d in deltas]
