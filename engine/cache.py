@@ -22,7 +22,8 @@ not load (partial, corrupt, from another engine) is a miss.
 
 ``PROXAI_RULES_CACHE`` names the directory; ``off`` turns the cache off. The default
 is ``$XDG_CACHE_HOME/proxai/rules`` (``~/.cache/proxai/rules``); a directory that
-cannot be created or written turns it off for the process.
+cannot be created or written turns it off for the process, and so does one that
+another user owns or may write to (an entry is code the loader runs).
 """
 from __future__ import annotations
 
@@ -198,7 +199,9 @@ def store(name: str, rules, lines: dict, hooks=()) -> bool:
     except Exception:  # noqa: BLE001 - something pickle cannot carry: the rules load as they did, uncached
         return False
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not _private(root):
+            return False
         fd, tmp = tempfile.mkstemp(dir=root, prefix=".tmp-", suffix=".pickle")
         try:
             with os.fdopen(fd, "wb") as out:
@@ -211,6 +214,16 @@ def store(name: str, rules, lines: dict, hooks=()) -> bool:
         return False
     _prune(root)
     return True
+
+
+def _private(root: Path) -> bool:
+    """Loading an entry runs code from it: only a directory of this user's that nobody else
+    may write to is used."""
+    try:
+        st = root.stat()
+    except OSError:
+        return False
+    return (not hasattr(os, "getuid") or st.st_uid == os.getuid()) and not st.st_mode & 0o022
 
 
 def _prune(root: Path) -> None:
@@ -266,6 +279,8 @@ def load(name: str):
     try:
         data = path.read_bytes()
     except OSError:
+        return None
+    if not _private(root):
         return None
     try:
         stored_name, rules, lines = _Unpickler(io.BytesIO(data)).load()

@@ -232,3 +232,15 @@ def test_another_working_directory_is_a_miss(cache_dir, builtin, compiles, tmp_p
     assert compiles["read"] == 2
     fn = rules.codecs[("request.decode", "openai_chat_completions")].first_reject
     assert fn.__code__.co_filename.startswith("<conditions ../rules/openai_chat_completions/request.decode.yaml")
+
+
+def test_a_directory_others_may_write_to_is_not_used(cache_dir, builtin, compiles):
+    """An entry is code the loader runs: a cache directory writable by others is ignored."""
+    _load(builtin_dir=builtin)
+    assert len(_entries(cache_dir)) == 1 and cache_dir.stat().st_mode & 0o077 == 0   # created private
+    cache_dir.chmod(0o777)
+    _load(builtin_dir=builtin)
+    assert compiles["read"] == 2
+    cache_dir.chmod(0o700)
+    _load(builtin_dir=builtin)
+    assert compiles["read"] == 2
