@@ -70,7 +70,10 @@ def steps_of(body: dict) -> list[dict]:
 
 
 def genai_client(proxy) -> genai.Client:
-    return genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(base_url=proxy.url))
+    """The SDK's client on the proxy, without its retries (the Interactions calls retry 429
+    and 5xx by default, which would hide an error behind the mock's next reply)."""
+    return genai.Client(api_key=CLIENT_KEY, http_options=types.HttpOptions(
+        base_url=proxy.url, retry_options=types.HttpRetryOptions(attempts=1)))
 
 
 def _dump(model) -> dict:
