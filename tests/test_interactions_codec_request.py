@@ -348,11 +348,21 @@ def test_what_interactions_cannot_express_is_refused_naming_the_field(eng, ir, p
     assert err.value.param == param
 
 
-def test_a_custom_tool_is_refused(eng):
-    with pytest.raises(InvalidRequest) as err:
-        encode(eng, {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
-                     "tools": [{"type": "custom", "name": "patch"}]})
-    assert "custom (free-form) tools" in err.value.message
+def test_a_custom_tool_goes_as_a_function_of_one_string(eng):
+    """Interactions has no free-form tools: a Responses client's custom tool (Codex's
+    apply_patch) goes as a function whose `input` carries the free-form text, its
+    history calls too (rules/tables/custom_tools.yaml names the protocols that have them)."""
+    out, c = encode(eng, {"messages": [
+        {"role": "user", "content": [{"type": "text", "text": "fix it"}]},
+        {"role": "assistant", "content": [{"type": "tool_call", "id": "c1", "name": "apply_patch", "custom": True,
+                                           "input": "*** Begin Patch"}]},
+        {"role": "tool", "content": [{"type": "tool_result", "call_id": "c1", "content": [{"type": "text", "text": "done"}]}]}],
+        "tools": [{"type": "custom", "name": "apply_patch", "description": "edit files"}]})
+    [tool] = out["tools"]
+    assert (tool["type"], tool["name"], tool["parameters"]["required"]) == ("function", "apply_patch", ["input"])
+    assert out["input"][1] == {"type": "function_call", "id": "c1", "name": "apply_patch",
+                               "arguments": {"input": "*** Begin Patch"}}
+    assert c.tool_calls["apply_patch"]["custom"] is True  # its calls come back as custom calls
 
 
 # --- round trips -------------------------------------------------------------------------

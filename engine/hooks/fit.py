@@ -23,10 +23,11 @@ from ..errors import InvalidRequest
 from . import tool_search
 from .names import wire_name
 
-# Providers with no free-form tool type: a custom tool goes out as a function whose one
-# string parameter carries the free-form input. Chat servers other than OpenAI's have
-# no custom tools, so Chat providers get the function form too.
-FUNCTION_FOR_CUSTOM = frozenset({"anthropic_messages", "openai_chat_completions", "gemini_generate_content"})
+# Toward a provider with no free-form tool type (one the table does not name), a custom
+# tool goes out as a function whose one string parameter carries the free-form input.
+# Chat servers other than OpenAI's have no custom tools, so Chat providers get the
+# function form too.
+CUSTOM_TABLE = "custom_tools.provider_protocol->native"
 CUSTOM_INPUT = "input"
 
 
@@ -61,7 +62,8 @@ def fit_tools(scope, tables=None):
     # Deferred tools and tool search first: what is left is fitted below.
     ir = tool_search.fit(ir, ctx, tables)
     provider = ctx.provider_protocol
-    wrap_custom = provider in FUNCTION_FOR_CUSTOM
+    native = (tables or {}).get(CUSTOM_TABLE)
+    wrap_custom = not (native is not None and isinstance(provider, str) and native.lookup(provider) is True)
     tools = ir.get("tools")
     if isinstance(tools, list) and tools:
         out = []
@@ -179,7 +181,7 @@ def fit_capabilities(scope):
     return ir
 
 
-fit_tools.reads_tables = True  # type: ignore[attr-defined]  # rules/tables/tool_search.yaml
+fit_tools.reads_tables = True  # type: ignore[attr-defined]  # rules/tables/tool_search.yaml, custom_tools.yaml
 
 HOOKS = {
     "fit.tools": fit_tools,
