@@ -499,3 +499,12 @@ def test_the_answers_steps_replayed_as_the_next_input_restore_the_providers_stat
     assert assistant["content"][0] == {"type": "thinking", "thinking": "I should call f", "signature": "ANTHROPIC-SIG"}
     assert assistant["content"][1]["type"] == "tool_use" and assistant["content"][1]["id"] == "toolu_1"
     assert sent["messages"][2]["content"][0]["tool_use_id"] == "toolu_1"
+
+
+def test_deferred_tools_and_media_hints(eng):
+    ir, c = decode(eng, {"input": [{"type": "user_input", "content": [
+        {"type": "image", "data": "AAAA", "mime_type": "image/png", "resolution": "high"}]}],
+        "tools": [{"type": "function", "name": "rare", "defer_loading": True}, {"type": "function", "name": "often"}]})
+    assert [(t["name"], t.get("defer_loading")) for t in ir["tools"]] == [("rare", True), ("often", None)]
+    assert parts(ir["messages"][0]) == [{"type": "image", "source": "base64", "media_type": "image/png", "data": "AAAA"}]
+    assert any("input[0].content[0].resolution" in t and "dropped advisory field" in t for t in c.traces)
