@@ -289,8 +289,10 @@ class ResponsesState:
             return False
         try:
             record = await self.store.get(self.tenant(request), parent_id)
-        except StateError as exc:
-            raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        except (StateError, StateUnavailable) as exc:
+            # The provider may hold the id: passed through as sent, as while the store is up and knows it not.
+            log.warning("state: could not look up %s before passing it through: %s", spec.previous, exc)
+            return False
         if record is None or record.client_protocol != spec.protocol:
             return False
         await self.begin(request, body, provider, spec)
