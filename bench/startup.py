@@ -6,7 +6,9 @@ Each run spawns server.py (the bench's generated config, the shipped rules) and 
 it until /healthz answers 200, in three settings, interleaved: `off`
 (PROXAI_RULES_CACHE=off: every process reads, checks and compiles the rules), `cold`
 (an empty cache directory: the same compile, plus writing the entry) and `warm` (the
-entry the cold run wrote: the rules load from it). Reports the median and range.
+entry the cold run wrote: the rules load from it). Reports the median and range of
+the wall time and of the proxy's CPU time until then (user + system from /proc: on a
+busy machine the wall time waits for other work, the CPU time much less).
 """
 from __future__ import annotations
 
@@ -38,36 +40,41 @@ def _cache_env(value: str):
             os.environ["PROXAI_RULES_CACHE"] = saved
 
 
-def _spawn(upstream_url: str, workdir: Path, cache: str, cpus) -> float:
+def _spawn(upstream_url: str, workdir: Path, cache: str, cpus) -> tuple[float, float]:
     with _cache_env(cache):
         proxy = Proxy(upstream_url, workdir, "warning", cpus=cpus, startup_timeout=60)
     try:
-        return proxy.startup_s
+        return proxy.startup_s, proxy.sample().cpu_s
     finally:
         proxy.close()
 
 
 def measure(upstream_url: str, runs: int = 3, cpus=None) -> dict:
-    """{setting: [seconds, ...]} over ``runs`` interleaved rounds of off, cold, warm."""
-    out: dict = {s: [] for s in SETTINGS}
+    """{setting: [seconds, ...], setting_cpu: [seconds, ...]} over ``runs`` interleaved
+    rounds of off, cold, warm."""
+    out: dict = {k: [] for s in SETTINGS for k in (s, f"{s}_cpu")}
     with tempfile.TemporaryDirectory(prefix="proxai-startup-") as tmp:
         tmp = Path(tmp)
         for r in range(runs):
             cache_dir = tmp / f"cache-{r}"
-            out["off"].append(_spawn(upstream_url, tmp, "off", cpus))
-            out["cold"].append(_spawn(upstream_url, tmp, str(cache_dir), cpus))
-            out["warm"].append(_spawn(upstream_url, tmp, str(cache_dir), cpus))
+            for setting, cache in (("off", "off"), ("cold", str(cache_dir)), ("warm", str(cache_dir))):
+                wall, cpu = _spawn(upstream_url, tmp, cache, cpus)
+                out[setting].append(wall)
+                out[f"{setting}_cpu"].append(cpu)
     return out
 
 
 def summary(figures: dict) -> str:
     """One line: each setting's median (range) in seconds."""
+    def spread(values):
+        return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
+
     parts = []
     for setting in SETTINGS:
-        values = figures.get(setting) or []
-        if values:
-            parts.append(f"{setting} {statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})")
-    return "startup, spawn to healthy /healthz, rules cache " + ", ".join(parts)
+        if figures.get(setting):
+            cpu = figures.get(f"{setting}_cpu")
+            parts.append(f"{setting} {spread(figures[setting])}" + (f", CPU {spread(cpu)}" if cpu else ""))
+    return "startup, spawn to healthy /healthz, rules cache " + "; ".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
