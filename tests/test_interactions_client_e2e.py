@@ -384,6 +384,21 @@ def test_structured_output(client, mock, kind, stream):
     assert upstream(mock, kind, stream).schema() == SCHEMA
 
 
+# --- the output limit ------------------------------------------------------------------------------
+
+LIMIT_STOP = {"openai_chat_completions": "length", "openai_responses": "incomplete:max_output_tokens",
+              "anthropic_messages": "max_tokens", "gemini_generate_content": "MAX_TOKENS",
+              "gemini_interactions": "incomplete"}
+
+
+@pytest.mark.parametrize("stream", STREAMS)
+def test_output_limit_is_incomplete(client, mock, kind, stream):
+    mock.enqueue(Turn([Text("cut off mid")], stop=LIMIT_STOP))
+    r = client.ask(PROVIDER_MODELS[kind], HI, stream=stream, max_tokens=3)
+    assert r.text == "cut off mid" and r.interaction["status"] == "incomplete"
+    assert upstream(mock, kind, stream).max_tokens() == 3
+
+
 # --- upstream errors, streams cut short or stalled -----------------------------------------------
 
 # The SDK's class and the Interactions API's error code for each status.
@@ -420,6 +435,17 @@ def test_stream_cut_short_ends_in_an_error_event(client, mock, kind, cut):
         client.ask(PROVIDER_MODELS[kind], HI, stream=True)
     events = json.loads(str(err.value))
     assert events[-1]["event_type"] == "error" and events[-1]["error"]["message"]
+    assert "interaction.completed" not in [e["event_type"] for e in events]
+    upstream(mock, kind, True)
+
+
+def test_in_stream_provider_error_ends_in_an_error_event(client, mock, kind):
+    mock.enqueue(Turn([Text("a partial answer cut here", chunks=["a", " partial", " answer", " cut", " here"])],
+                      error_after=3))
+    with pytest.raises(StreamFailed) as err:
+        client.ask(PROVIDER_MODELS[kind], HI, stream=True)
+    events = json.loads(str(err.value))
+    assert events[-1]["event_type"] == "error" and events[-1]["error"]["code"] and events[-1]["error"]["message"]
     assert "interaction.completed" not in [e["event_type"] for e in events]
     upstream(mock, kind, True)
 
