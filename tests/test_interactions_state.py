@@ -262,3 +262,23 @@ def test_a_turn_too_large_to_store_ends_its_stream_with_an_error_event(harness, 
     with pytest.raises(APIError) as missing:  # never an answer whose id does not resolve
         c.interactions.get(events[0].interaction.id)
     assert missing.value.status_code == 404
+
+
+def test_an_interaction_the_provider_holds_is_read_there_by_its_own_tenant_only(harness, start_proxy, mock):
+    config = interactions_config(harness.mock_url)
+    config["state"] = {"backend": "memory"}
+    config.setdefault("server", {})["api_keys"] = [CLIENT_KEY, OTHER_KEY]
+    config["routing"]["default_providers"]["gemini_interactions"] = "interactions"
+    proxy = start_proxy(config)
+    mine, other = genai_client(proxy), genai_client(proxy, OTHER_KEY)
+    mock.enqueue(Turn([Text("held upstream")]))
+    held = mine.interactions.create(model=MODEL, input="hi")  # passed through: the provider keeps it
+    n = len(mock.requests)
+    with pytest.raises(APIError) as foreign:
+        other.interactions.get(held.id)
+    assert foreign.value.status_code == 404 and len(mock.requests) == n  # not forwarded for another key
+    again = mine.interactions.get(held.id)
+    assert again.id == held.id and again.steps[0].content[0].text == "held upstream"
+    forwarded = mock.requests[-1]
+    assert (forwarded.method, forwarded.path) == ("GET", f"/v1beta/interactions/{held.id}")
+    assert forwarded.headers["x-goog-api-key"] != CLIENT_KEY

@@ -654,13 +654,16 @@ _FORWARD_QUERY = {
 _OWNER_KEY = "passthrough-owner:"
 
 
-async def remember_passthrough(proxy, request: web.Request, response_id: str | None) -> None:
-    """Note which tenant a passed-through response belongs to, before its id reaches the
-    client: only that tenant's reads and deletes of it are forwarded to the provider."""
+async def remember_passthrough(proxy, request: web.Request, data: bytes | None) -> None:
+    """Note which tenant a passed-through response belongs to (its id: the first `"id"` of
+    the provider's shape in the body, or in the stream's first events), before the id
+    reaches the client: only that tenant's reads and deletes of it are forwarded."""
     state = proxy.state
     spec = state_spec.of(proxy.engine.wire, proxy.paths.protocol_for(request.path, request.headers))
     pattern = spec.id_pattern if spec is not None and spec.id_pattern is not None else _PROVIDER_ID
-    if state is None or response_id is None or not pattern.fullmatch(response_id):
+    found = re.search(rb'"id"\s*:\s*"(' + pattern.pattern.encode() + rb')"', data or b"")
+    response_id = found.group(1).decode() if found else None
+    if state is None or response_id is None:
         return
     try:
         await state.store.kv_set(_OWNER_KEY + response_id, state.tenant(request).encode(), ttl_secs=state.store.ttl_secs)

@@ -327,7 +327,7 @@ class Proxy:
                     raise E.UpstreamProtocolError(f"provider {provider.name!r} did not answer with an event stream")
                 data = await read_body(upstream, provider, cap=self.config.server.max_upstream_body_bytes)
                 if "_owned_id" in info:
-                    await responses_state.remember_passthrough(self, request, pools.response_id(data))
+                    await responses_state.remember_passthrough(self, request, data)
                 if conversation is not None:
                     data = await conversation.finish_bytes(data)  # the turn is in the conversation before it goes out
                 # Usage, stop and model as the protocol's summary rules read them (an override changes them all).
@@ -375,7 +375,7 @@ class Proxy:
         try:
             await relay.prime()
             if "_owned_id" in info:
-                await responses_state.remember_passthrough(self, request, pools.response_id(relay.primed))
+                await responses_state.remember_passthrough(self, request, relay.primed)
         except BaseException:
             upstream.close()
             raise
