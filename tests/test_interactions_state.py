@@ -282,3 +282,13 @@ def test_an_interaction_the_provider_holds_is_read_there_by_its_own_tenant_only(
     forwarded = mock.requests[-1]
     assert (forwarded.method, forwarded.path) == ("GET", f"/v1beta/interactions/{held.id}")
     assert forwarded.headers["x-goog-api-key"] != CLIENT_KEY
+
+
+def test_background_toward_an_interactions_provider_is_a_run_of_the_proxy(client, mock):
+    mock.enqueue(Turn([Text("run here")]))
+    created = client.interactions.create(model=MODEL, input="hi", background=True)
+    assert created.id and created.status in ("in_progress", "completed")
+    body = sent(mock, stream=True)  # a plain streamed request: the run is the proxy's, not the provider's
+    assert "background" not in body
+    done = wait_final(client, created.id)
+    assert done.status == "completed" and done.steps[0].content[0].text == "run here"
