@@ -372,7 +372,7 @@ class Turn:
 
     def patch(self, response: dict) -> dict:
         """The echo fields the protocol's resource carries for state (previous_response_id, store)."""
-        if "previous" in self.spec.echo:
+        if "previous" in self.spec.echo or ("previous_when_set" in self.spec.echo and self.parent_id is not None):
             response[self.spec.previous] = self.parent_id
         if "store" in self.spec.echo:
             response[self.spec.store] = self.store
