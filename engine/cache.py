@@ -57,10 +57,13 @@ def directory() -> Path | None:
     env = os.environ.get("PROXAI_RULES_CACHE")
     if env is not None and env.strip().lower() in ("off", "0", "false", "no", ""):
         return None
-    if env:
-        return Path(env).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME")
-    return (Path(base).expanduser() if base else Path.home() / ".cache") / "proxai" / "rules"
+    try:
+        if env:
+            return Path(env).expanduser()
+        base = os.environ.get("XDG_CACHE_HOME")
+        return (Path(base).expanduser() if base else Path.home() / ".cache") / "proxai" / "rules"
+    except (RuntimeError, KeyError):  # no home directory to be found
+        return None
 
 
 def _engine_code() -> bytes:
@@ -73,8 +76,10 @@ def _engine_code() -> bytes:
         digest.update(f"{sys.version}|{sys.implementation.cache_tag}|{marshal.version}|{_PROTOCOL}".encode())
         try:
             import jmespath
-            digest.update(f"|jmespath {jmespath.__version__}".encode())
-        except (ImportError, AttributeError):
+            from importlib.metadata import version
+
+            digest.update(f"|jmespath {jmespath.__version__}|proxai {version('proxai')}".encode())
+        except (ImportError, AttributeError, ValueError, LookupError):
             pass
         for path in [*sorted(_ENGINE.rglob("*.py")), *sorted(Path(SCHEMAS).glob("*.json"))]:
             digest.update(str(path.relative_to(path.parent.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
@@ -85,6 +90,15 @@ def _engine_code() -> bytes:
 def key(dirs: list[Path], hooks: dict) -> str | None:
     """The entry's name for these rule layers and hook table; None when a layer cannot be
     read (the compile then reports it)."""
+    if directory() is None:
+        return None
+    try:
+        return _key(dirs, hooks)
+    except OSError:
+        return None
+
+
+def _key(dirs: list[Path], hooks: dict) -> str | None:
     from .ruleset import rule_files
 
     digest = hashlib.blake2b(_engine_code(), digest_size=20)
@@ -115,22 +129,27 @@ def _references(hook_namespaces=()) -> dict:
     of each module and module namespace (and the builtins) by name; a protocol folder's
     hooks module (``hook_namespaces``, not importable by name) by its file."""
     refs: dict = {id(builtins.__dict__): ("builtins_dict",)}
+    # the engine's own modules first: an object also imported elsewhere is named where it lives
+    rank = {"engine": 0, "jmespath": 1, "proxai": 2}
+    modules = sorted(((n, m) for n, m in list(sys.modules.items()) if m is not None and n.split(".")[0] in rank),
+                     key=lambda item: (rank[item[0].split(".")[0]], item[0]))
     for namespace in hook_namespaces:
         modname, file = namespace["__name__"], namespace["__file__"]
         refs.setdefault(id(namespace), ("hook_module_dict", modname, file))
         for attr, value in list(namespace.items()):
             if not isinstance(value, _ATOMIC) and not isinstance(value, types.ModuleType):
                 refs.setdefault(id(value), ("hook_attr", modname, file, attr))
-    for modname, module in list(sys.modules.items()):
-        if module is None or modname.split(".")[0] not in _REFERENCED_PACKAGES:
-            continue
+    for modname, module in modules:
         namespace = getattr(module, "__dict__", None)
-        if namespace is None:
+        if namespace is None or modname.split(".")[0] not in _REFERENCED_PACKAGES:
             continue
         refs.setdefault(id(namespace), ("module_dict", modname))
         for attr, value in list(namespace.items()):
-            if not isinstance(value, _ATOMIC) and not isinstance(value, types.ModuleType):
-                refs.setdefault(id(value), ("attr", modname, attr))
+            # classes and importable functions pickle by their own qualified name
+            if isinstance(value, (*_ATOMIC, types.ModuleType, type)) or (
+                    type(value) is types.FunctionType and _importable(value)):
+                continue
+            refs.setdefault(id(value), ("attr", modname, attr))
     return refs
 
 
