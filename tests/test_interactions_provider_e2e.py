@@ -295,8 +295,9 @@ def test_in_stream_error_event_fails_the_stream(client, mock):
 @pytest.mark.parametrize("cut", [2, 4], ids=["after-created", "mid-text"])
 def test_stream_cut_short_is_never_a_normal_end(client, mock, cut):
     mock.enqueue(turn(Text("partial answer here", chunks=["partial", " answer", " here"]), cut_after=cut))
-    with pytest.raises(FAILURES):
+    with pytest.raises(FAILURES) as err:
         client.ask(MODEL, HI, stream=True)
+    assert "Interactions stream ended before interaction.completed" in str(err.value)
     sent(mock, True)
 
 
