@@ -10,13 +10,15 @@ from __future__ import annotations
 import hmac
 from typing import Mapping
 
+from aiohttp import web
+
 from proxai.http import errors as E
 from proxai.routing.config import ClientKey
 
 
 # Where a request keeps the key the client presented in its protocol's own place
 # (x-goog-api-key, ?key=), once authorized: the state store's tenant is that key.
-PRESENTED_KEY = "proxai.presented_key"
+PRESENTED_KEY: web.RequestKey[str] = web.RequestKey("proxai.presented_key", str)
 
 
 def presented(headers: Mapping[str, str]) -> str | None:
