@@ -45,7 +45,9 @@ from pathlib import Path
 MAX_ENTRIES = 16
 _PROTOCOL = pickle.HIGHEST_PROTOCOL
 _HOOK_MODULE_PREFIX = "proxai_protocol_hooks."
-_REFERENCED_PACKAGES = ("engine", "proxai", "jmespath")
+#: packages whose module-level objects are stored by name, the engine's own first: an object
+#: imported into several modules is named where it lives
+_REFERENCED_PACKAGES = ("engine", "jmespath", "proxai")
 _ATOMIC = (str, bytes, int, float, complex, bool, type(None), tuple, frozenset, range)
 _ENGINE = Path(__file__).resolve().parent
 
@@ -129,8 +131,7 @@ def _references(hook_namespaces=()) -> dict:
     of each module and module namespace (and the builtins) by name; a protocol folder's
     hooks module (``hook_namespaces``, not importable by name) by its file."""
     refs: dict = {id(builtins.__dict__): ("builtins_dict",)}
-    # the engine's own modules first: an object also imported elsewhere is named where it lives
-    rank = {"engine": 0, "jmespath": 1, "proxai": 2}
+    rank = {package: i for i, package in enumerate(_REFERENCED_PACKAGES)}
     modules = sorted(((n, m) for n, m in list(sys.modules.items()) if m is not None and n.split(".")[0] in rank),
                      key=lambda item: (rank[item[0].split(".")[0]], item[0]))
     for namespace in hook_namespaces:
@@ -141,7 +142,7 @@ def _references(hook_namespaces=()) -> dict:
                 refs.setdefault(id(value), ("hook_attr", modname, file, attr))
     for modname, module in modules:
         namespace = getattr(module, "__dict__", None)
-        if namespace is None or modname.split(".")[0] not in _REFERENCED_PACKAGES:
+        if namespace is None:
             continue
         refs.setdefault(id(namespace), ("module_dict", modname))
         for attr, value in list(namespace.items()):
