@@ -156,10 +156,15 @@ def test_the_default_directory_is_under_the_user_cache_dir(monkeypatch, tmp_path
 
 
 def _golden_lines(eng, cases) -> list[dict]:
+    """The golden files' lines, and the same cases toward the protocols they do not cover
+    (generateContent, Interactions: a folder whose hooks module brings stream state objects)."""
     saved = G._ENGINE
     G._ENGINE = eng
     try:
-        return [*G.codec_lines(cases), *G.corpus_lines()]
+        others = sorted(set(eng.protocols) - set(G.PROTOCOLS))
+        extra = [{"case": case["id"], "to": target, **G.translate(case["kind"], case["source"], target, *G.case_inputs(case))}
+                 for case in cases if case["kind"] in ("request", "response", "stream") for target in others]
+        return [*G.codec_lines(cases), *G.corpus_lines(), *extra]
     finally:
         G._ENGINE = saved
 
@@ -173,6 +178,7 @@ def test_the_engine_from_an_entry_translates_golden_cases_byte_for_byte(cache_di
     picked = [c for i, c in enumerate(cases) if i % 7 == 0 or c["kind"] in ("stream", "ir_stream")]
     want = _golden_lines(compiled, picked)
     assert len(want) > 500 and any("error" in line for line in want) and any("wire" in line for line in want)
+    assert any(line["to"] == "gemini_interactions" and "wire" in line for line in want)
     assert _golden_lines(cached, picked) == want
 
 
