@@ -157,7 +157,9 @@ def test_fuzzed_requests_never_get_a_5xx(proxy, mock, case):
     status, headers, raw = raw_post(proxy.url, PATH[client], json.dumps(body).encode())
     assert status < 500, (status, raw[:500])
     if status >= 400:
-        assert len(mock.requests) == before  # refused at the door
+        # Refused at the door; a pass-through pair checks only the top-level shape and
+        # forwards the rest untouched, so there the provider's own 4xx may come back.
+        assert len(mock.requests) == before or client == provider
         doc = json.loads(raw)
         assert (doc["type"] == "error" and doc["error"]["message"]) if client == ANTHROPIC else doc["error"]["message"]
     elif headers.get("content-type", "").startswith("text/event-stream"):
