@@ -1,7 +1,7 @@
 """The Open Responses compliance suite, ported: its seven cases (basic text, streaming, system
 prompt, tool calling, streaming tool calling, image input, multi-turn; the openresponses
 project's src/lib/compliance-tests.ts), each sent by the official OpenAI SDK to the real
-proxy with /v1/responses routed to each of the four provider protocols (the mock upstream
+proxy with /v1/responses routed to each of the five provider protocols (the mock upstream
 speaks that provider's wire format; Responses is the pass-through).
 
 As the suite does, the Response resource (the JSON body, or the terminal event's snapshot)
@@ -23,7 +23,7 @@ import openai
 import pytest
 from jsonschema import Draft202012Validator
 
-from gemini_helpers import gemini_config
+from interactions_clients import interactions_config
 from harness import CLIENT_KEY
 from proxai.mock import Text, ToolCall, Turn, Usage
 
@@ -36,6 +36,7 @@ PROVIDERS = {
     "anthropic": "anthropic_messages",
     "gemini": "gemini_generate_content",
     "responses": "openai_responses",
+    "interactions": "gemini_interactions",
 }
 UPSTREAM_MODEL = "compliance-model"
 
@@ -264,8 +265,21 @@ def _sent_responses(body: dict) -> Sent:
     return Sent(_joined(system), turns, images, [t["name"] for t in body.get("tools") or ()])
 
 
+def _sent_interactions(body: dict) -> Sent:
+    roles = {"user_input": "user", "model_output": "assistant"}
+    steps = body["input"] if isinstance(body["input"], list) else [{"type": "user_input", "content": body["input"]}]
+    turns, images = [], []
+    for step in steps:
+        if step.get("type") in roles:
+            turns += [(roles[step["type"]], t) for t in _texts(step.get("content"))]
+            images += [f"data:{c['mime_type']};base64,{c['data']}"
+                       for c in step.get("content") or () if isinstance(c, dict) and c.get("type") == "image"]
+    return Sent(body.get("system_instruction"), turns, images, [t["name"] for t in body.get("tools") or ()])
+
+
 SENT = {"openai_chat_completions": _sent_chat, "anthropic_messages": _sent_anthropic,
-        "gemini_generate_content": _sent_gemini, "openai_responses": _sent_responses}
+        "gemini_generate_content": _sent_gemini, "openai_responses": _sent_responses,
+        "gemini_interactions": _sent_interactions}
 
 
 # --- the client's side: the SDK, with the bytes it read kept -------------------------------
@@ -314,7 +328,7 @@ def sse_data(raw: bytes) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def compliance_proxy(harness):
-    proxy = harness.start_proxy(gemini_config(harness.mock_url))
+    proxy = harness.start_proxy(interactions_config(harness.mock_url))
     yield proxy
     proxy.stop()
 
@@ -388,7 +402,7 @@ def test_compliance_case(client, mock, case, route):
 
 TRANSLATED = [route for route, protocol in PROVIDERS.items() if protocol != "openai_responses"]
 MAX_TOKENS = {"openai_chat_completions": "length", "anthropic_messages": "max_tokens",
-              "gemini_generate_content": "MAX_TOKENS"}
+              "gemini_generate_content": "MAX_TOKENS", "gemini_interactions": "incomplete"}
 
 
 def send(client: Client, route: str, text: str, stream: bool):
