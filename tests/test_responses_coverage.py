@@ -22,15 +22,15 @@ import httpx2 as httpx
 import pytest
 import websockets.sync.client
 
-from gemini_helpers import gemini_config
+from interactions_clients import interactions_config
 from harness import CLIENT_KEY
 from proxai.mock import Text, Turn
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "responses-api.md"
 PREFIXES = ("/v1/responses", "/v1/conversations")
-# Column (a provider protocol) -> the route of gemini_config that reaches its mock.
+# Column (a provider protocol) -> the route of interactions_config that reaches its mock.
 ROUTES = {"openai_chat_completions": "chat", "anthropic_messages": "anthropic",
-          "gemini_generate_content": "gemini", "openai_responses": "responses"}
+          "gemini_generate_content": "gemini", "openai_responses": "responses", "gemini_interactions": "interactions"}
 VERDICTS = ("native", "emulated", "refused")
 
 
@@ -75,7 +75,7 @@ def routed(app) -> set[str]:
 
 
 def test_every_routed_endpoint_has_a_row_and_every_row_is_routed(harness, start_proxy):
-    proxy = start_proxy(gemini_config(harness.mock_url))
+    proxy = start_proxy(interactions_config(harness.mock_url))
     endpoints = routed(proxy.app)
     documented = {endpoint for endpoint, _ in ROWS}
     assert endpoints - documented == set(), "routed endpoints missing from docs/responses-api.md"
@@ -326,7 +326,7 @@ def test_every_row_has_a_probe():
 
 @pytest.fixture(scope="module")
 def coverage_proxy(harness):
-    doc = gemini_config(harness.mock_url)
+    doc = interactions_config(harness.mock_url)
     doc["state"] = {"backend": "memory"}
     proxy = harness.start_proxy(doc)
     yield proxy
