@@ -68,12 +68,10 @@ def directory() -> Path | None:
         return None
 
 
-def _engine_code() -> bytes:
+def _engine_code(schemas: Path) -> bytes:
     """The engine's own source and schemas, and the Python whose code objects are stored."""
     global _engine_digest
     if _engine_digest is None:
-        from .ruleset import SCHEMAS
-
         digest = hashlib.blake2b(digest_size=20)
         digest.update(f"{sys.version}|{sys.implementation.cache_tag}|{marshal.version}|{_PROTOCOL}".encode())
         try:
@@ -83,27 +81,25 @@ def _engine_code() -> bytes:
             digest.update(f"|jmespath {jmespath.__version__}|proxai {version('proxai')}".encode())
         except (ImportError, AttributeError, ValueError, LookupError):
             pass
-        for path in [*sorted(_ENGINE.rglob("*.py")), *sorted(Path(SCHEMAS).glob("*.json"))]:
+        for path in [*sorted(_ENGINE.rglob("*.py")), *sorted(Path(schemas).glob("*.json"))]:
             digest.update(str(path.relative_to(path.parent.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
         _engine_digest = digest.digest()
     return _engine_digest
 
 
-def key(dirs: list[Path], hooks: dict) -> str | None:
-    """The entry's name for these rule layers and hook table; None when a layer cannot be
-    read (the compile then reports it)."""
+def key(dirs: list[Path], hooks: dict, rule_files, schemas: Path) -> str | None:
+    """The entry's name for these rule layers (`rule_files(layer)`: a layer's rule files)
+    and hook table; None when a layer cannot be read (the compile then reports it)."""
     if directory() is None:
         return None
     try:
-        return _key(dirs, hooks)
+        return _key(dirs, hooks, rule_files, schemas)
     except OSError:
         return None
 
 
-def _key(dirs: list[Path], hooks: dict) -> str | None:
-    from .ruleset import rule_files
-
-    digest = hashlib.blake2b(_engine_code(), digest_size=20)
+def _key(dirs: list[Path], hooks: dict, rule_files, schemas: Path) -> str | None:
+    digest = hashlib.blake2b(_engine_code(schemas), digest_size=20)
     # rule files are named relative to the working directory in errors and code objects
     digest.update(os.getcwd().encode() + b"\0")
     for name, fn in sorted(hooks.items()):

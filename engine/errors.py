@@ -15,6 +15,7 @@
         ├── RequestTooLarge         413: body over server.max_request_body_bytes
         ├── RateLimited             429: a named client key over one of its limits (with Retry-After)
         ├── Overloaded              503: server.max_concurrent_requests reached, or shutting down
+        ├── StateUnavailable        503: the state store (stored responses, interactions) cannot be read or written
         ├── InternalError           500: a bug; the body never carries internals
         └── UpstreamFailure         the provider failed us
             ├── UpstreamError       the provider answered non-2xx; its status is kept
@@ -175,6 +176,11 @@ class RateLimited(ProxyError):
 class Overloaded(ProxyError):
     status = 503
     kind = "overloaded"
+
+
+class StateUnavailable(ProxyError):
+    status = 503
+    kind = "state_unavailable"
 
 
 class InternalError(ProxyError):

@@ -303,7 +303,7 @@ def load_rules(override_dir=None, builtin_dir=None, found: list | None = None, o
     if found is None and observe is None:  # the linter's migration and selector walks compile for real
         from . import cache
 
-        entry = cache.key(dirs, HOOKS)
+        entry = cache.key(dirs, HOOKS, rule_files, SCHEMAS)
         cached = cache.load(entry) if entry else None
         if cached is not None:
             return cached, []

@@ -136,8 +136,7 @@ class StreamRules:
     """A compiled ``stream.decode`` or ``stream.encode`` rule file."""
 
     def __init__(self, doc: dict, compiler: Compiler):
-        from .hooks import OBJECTS as BUILTIN
-        from .wire import PROTOCOL_OBJECTS
+        from .hooks import OBJECTS as BUILTIN, PROTOCOL_OBJECTS
 
         OBJECTS = {**BUILTIN, **PROTOCOL_OBJECTS}
         self.kind, self.protocol, self.file = doc["kind"], doc["protocol"], compiler.file

@@ -15,6 +15,7 @@ from typing import Mapping
 from urllib.parse import quote
 
 from .errors import InvalidRequest, RuleError
+from .hooks import PROTOCOL_OBJECTS
 from .protocol import Descriptor
 
 # Printable ASCII without controls: a client header value that is anything else (bytes that
@@ -305,11 +306,6 @@ class Wire:
 
 def _listed(value: str, patterns) -> bool:
     return any(value == p or (p.endswith("*") and value.startswith(p[:-1])) for p in patterns)
-
-
-#: Stream state objects of protocol folders' hooks modules (their ``OBJECTS`` tables, names
-#: ``<protocol>.<name>``), as ``state: {name: {object: ...}}`` in stream files finds them.
-PROTOCOL_OBJECTS: dict = {}
 
 
 def protocol_hooks(protocols: Mapping[str, tuple]) -> tuple[dict, list[RuleError]]:

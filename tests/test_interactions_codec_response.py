@@ -446,7 +446,8 @@ def test_unicode_split_across_network_chunks(eng):
 def test_a_protocol_hooks_module_brings_its_stream_state_objects(tmp_path):
     """A protocol folder's hooks module lists its state objects in OBJECTS, named <protocol>.<name>,
     as stream files find them (engine/wire.py); another name is a rule error naming the module."""
-    from engine.wire import PROTOCOL_OBJECTS, protocol_hooks
+    from engine.hooks import PROTOCOL_OBJECTS
+    from engine.wire import protocol_hooks
 
     (tmp_path / "protocol.yaml").write_text("")
     (tmp_path / "h.py").write_text("class Box:\n    def __init__(self, ctx):\n        pass\n"

@@ -132,7 +132,8 @@ def test_a_broken_entry_is_a_miss_and_is_rewritten_whole(cache_dir, builtin, com
 def test_an_entry_written_for_other_files_under_this_name_is_a_miss(cache_dir, builtin, toy, compiles):
     _load(builtin_dir=builtin)
     [entry] = _entries(cache_dir)
-    name = cache.key(ruleset.rule_dirs(toy, builtin), __import__("engine.registry").registry.HOOKS)
+    name = cache.key(ruleset.rule_dirs(toy, builtin), __import__("engine.registry").registry.HOOKS,
+                     ruleset.rule_files, ruleset.SCHEMAS)
     (cache_dir / f"{name}.pickle").write_bytes(entry.read_bytes())   # the built-in rules' entry, renamed
     rules = _load(toy, builtin)
     assert compiles["read"] == 2 and "toy_chat" in rules.protocols

@@ -45,3 +45,7 @@ OBJECTS = {
     **gemini_client.OBJECTS,
     **gemini.OBJECTS,
 }
+
+#: Stream state objects of protocol folders' own hooks modules (their ``OBJECTS`` tables,
+#: names ``<protocol>.<name>``), added as a folder's modules load (engine/wire.py).
+PROTOCOL_OBJECTS: dict = {}

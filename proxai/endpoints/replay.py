@@ -114,9 +114,7 @@ async def stream(state, request: web.Request, spec, record) -> web.StreamRespons
     try:
         raw = await state.store.kv_get(events_key(record.tenant, record.id))
     except StateError as exc:
-        from proxai.endpoints.responses_state import StateUnavailable
-
-        raise StateUnavailable(f"the state store is unavailable: {exc}") from None
+        raise E.StateUnavailable(f"the state store is unavailable: {exc}") from None
     frames = orjson.loads(raw) if raw is not None else synthesized(spec, record.response)
     after = request.query.get("last_event_id")
     if after:

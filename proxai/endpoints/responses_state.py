@@ -66,9 +66,7 @@ RECONNECT_MIN_SECS = 0.5
 RECONNECT_MAX_SECS = 30.0
 
 
-class StateUnavailable(E.ProxyError):
-    status = 503
-    kind = "state_unavailable"
+StateUnavailable = E.StateUnavailable
 
 
 def build(config, metrics) -> "ResponsesState | None":

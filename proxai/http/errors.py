@@ -18,7 +18,8 @@ import orjson
 from proxai.http.sse import encode_event
 from engine.errors import (  # noqa: F401  (the tree, re-exported)
     ConfigError, InternalError, InvalidRequest, MethodNotAllowed, NotFound, Overloaded, ProxaiError, ProxyError,
-    RateLimited, RequestTimeout, RequestTooLarge, RoutingError, RuleError, StreamError, TranslationError, Unauthorized,
+    RateLimited, RequestTimeout, RequestTooLarge, RoutingError, RuleError, StateUnavailable, StreamError, TranslationError,
+    Unauthorized,
     UpstreamError, UpstreamFailure, UpstreamProtocolError, UpstreamTimeout, UpstreamUnreachable,
 )
 from engine.ruleset import BUILTIN_RULES, build_tables, layer, read_file

@@ -15,6 +15,7 @@ import json
 import time
 
 from . import interactions_schema
+from .replies import interactions_error as error_body  # noqa: F401  (the mock's routes use it from here)
 from .turn import Image, Reasoning, Refusal, Text, ToolCall, Turn, model_for, new_id, pieces, refusal_text, usage_for
 
 PROTOCOL = "gemini_interactions"
@@ -184,18 +185,3 @@ def _stamped(out: list[dict]) -> list[tuple[str, dict]]:
         interactions_schema.assert_event(event)
         stamped.append((event["event_type"], event))
     return stamped
-
-
-# The Interactions API's error codes by HTTP status (its error body is {error: {code, message}},
-# the code a string; the SDK's CreateInteractionClientErrorData).
-CODES = {
-    400: "invalid_request", 401: "authentication", 402: "payment_required", 403: "permission_denied",
-    404: "not_found", 416: "out_of_range", 429: "rate_limit_exceeded", 499: "cancelled",
-}
-
-
-def error_body(status_code: int, message: str, code: str | None = None) -> dict:
-    out = {"error": {"code": code or CODES.get(status_code, "api_error" if status_code >= 500 else "invalid_request"),
-                     "message": message}}
-    interactions_schema.assert_error(out)
-    return out

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from proxai.protocols import ANTHROPIC, CHAT, GEMINI, INTERACTIONS, RESPONSES  # noqa: F401  (re-exported)
 
+from . import interactions_schema
+
 NATIVE = object()  # Error body default: the protocol's own error shape
 
 
@@ -113,14 +115,23 @@ def _openai_error(status: int, message: str) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
 
 
-def _interactions_error(status: int, message: str) -> dict:
-    from .render_interactions import error_body
+# The Interactions API's error codes by HTTP status (its error body is {error: {code, message}},
+# the code a string; the SDK's CreateInteractionClientErrorData).
+_INTERACTIONS_CODES = {
+    400: "invalid_request", 401: "authentication", 402: "payment_required", 403: "permission_denied",
+    404: "not_found", 416: "out_of_range", 429: "rate_limit_exceeded", 499: "cancelled",
+}
 
-    return error_body(status, message)
+
+def interactions_error(status: int, message: str, code: str | None = None) -> dict:
+    out = {"error": {"code": code or _INTERACTIONS_CODES.get(status, "api_error" if status >= 500 else "invalid_request"),
+                     "message": message}}
+    interactions_schema.assert_error(out)
+    return out
 
 
 # The error body of each protocol's real upstreams; OpenAI's for the rest.
-_ERROR_BODIES = {GEMINI: _gemini_error, ANTHROPIC: _anthropic_error, INTERACTIONS: _interactions_error}
+_ERROR_BODIES = {GEMINI: _gemini_error, ANTHROPIC: _anthropic_error, INTERACTIONS: interactions_error}
 
 
 def native_error_body(protocol: str, status: int, message: str | None = None) -> dict:
