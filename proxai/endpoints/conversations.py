@@ -29,7 +29,8 @@ from aiohttp import web
 from proxai.http import errors as E
 from proxai.http import ingress, requestid
 from proxai.protocols import RESPONSES
-from proxai.endpoints.responses_state import SNAPSHOT_EVENTS, STORED_EVENTS, StateUnavailable, _input_items, page
+from proxai.endpoints import state_spec
+from proxai.endpoints.responses_state import StateUnavailable, _input_items, page
 from proxai.http.sse import SSEParser
 from proxai.state import StateError
 
@@ -39,7 +40,6 @@ _KEY = "conversation:"
 MAX_ITEMS_PER_CALL = 20  # OpenAI's limit on the items one create or add call takes
 _METADATA_PAIRS, _METADATA_KEY_CHARS, _METADATA_VALUE_CHARS = 16, 64, 512
 _CAS_ATTEMPTS = 50
-_STORED_STATUSES = frozenset({"completed", "incomplete"})
 # Items a client sends (never a provider's output): their ids are the proxy's, so they are
 # left out toward a provider that would look them up.
 _INPUT_ROLES = frozenset({"user", "system", "developer"})
@@ -359,15 +359,17 @@ async def begin(proxy, request: web.Request, body: dict) -> "ConversationTurn | 
     found = await _load(state, tenant, conversation_id)
     if found is None:
         raise _not_found(conversation_id, param="conversation")
-    return ConversationTurn(state, tenant, conversation_id, found[1]["items"])
+    spec = state_spec.of(proxy.engine.wire, RESPONSES) or state_spec.builtin(RESPONSES)
+    return ConversationTurn(state, tenant, conversation_id, found[1]["items"], spec)
 
 
 class ConversationTurn:
     """One Responses request in a conversation. Around the stored-response Turn (when the
     response is translated) it offers the same `finish_body` and `tee`."""
 
-    def __init__(self, state, tenant: str, conversation_id: str, history: list):
+    def __init__(self, state, tenant: str, conversation_id: str, history: list, spec: state_spec.StateSpec):
         self.state = state
+        self.spec = spec  # the Responses descriptor's `state:` section: its stream events, stored statuses
         self.tenant = tenant
         self.id = conversation_id
         self.history = history
@@ -396,7 +398,7 @@ class ConversationTurn:
 
     async def append(self, response: dict) -> None:
         """Add the turn's input and output items, once, for a response worth continuing from."""
-        if self.appended or response.get("status") not in _STORED_STATUSES:
+        if self.appended or response.get("status") not in self.spec.stored_statuses:
             return
         output = response.get("output")
         outputs = [copy.deepcopy(item) for item in output if isinstance(item, dict)] if isinstance(output, list) else []
@@ -452,6 +454,10 @@ class _ConversationTee:
     def __init__(self, inner, turn: ConversationTurn):
         self._inner = inner
         self._turn = turn
+        spec = turn.spec
+        self._field = spec.snapshot_field
+        self._snapshots = frozenset(name.decode() for name in spec.snapshot_events)
+        self._terminal = frozenset(name.decode() for name in spec.terminal_events)
         self._parser = SSEParser()
         self._seq = -1
         self._snapshot: dict | None = None
@@ -472,12 +478,12 @@ class _ConversationTee:
             if isinstance(payload.get("sequence_number"), int):
                 self._seq = max(self._seq, payload["sequence_number"])
             name = payload.get("type") or event.event
-            snapshot = payload.get("response")
-            if name not in SNAPSHOT_EVENTS or not isinstance(snapshot, dict):
+            snapshot = payload.get(self._field)
+            if name not in self._snapshots or not isinstance(snapshot, dict):
                 out.append(raw)
                 continue
             self._snapshot = self._turn.patch(snapshot)
-            if name in STORED_EVENTS:
+            if name in self._terminal:  # append keeps only a stored status (not a failed run)
                 try:
                     await self._turn.append(snapshot)
                 except E.ProxyError as err:

@@ -49,15 +49,6 @@ from proxai.state import ChainTooDeep, RecordTooLarge, ResponseRecord, StateErro
 
 log = logging.getLogger("proxai.state")
 
-# A Responses stream's lifecycle events (their `response` is a snapshot, echoing
-# previous_response_id and store), its terminal events, and the terminal events that leave
-# a response worth continuing from: one list for stored responses, conversations,
-# background runs and the WebSocket.
-SNAPSHOT_EVENTS = frozenset({"response.created", "response.in_progress", "response.queued", "response.completed",
-                             "response.incomplete", "response.failed"})
-TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-STORED_EVENTS = frozenset({"response.completed", "response.incomplete"})
-
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 _TENANT_KEY = "state:tenant-key"
 _SWEEP_EVERY_SECS = 60.0

@@ -35,7 +35,7 @@ from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.http.detached import DetachedRequest, Writer
 from proxai.http.streaming import Outcome
 from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
-from proxai.endpoints.responses_state import TERMINAL_EVENTS
+from proxai.endpoints import state_spec
 
 log = logging.getLogger("proxai")
 
@@ -56,9 +56,12 @@ class _Events(Writer):
     """The payload writer of a turn's response: the SSE frames the pipeline writes become
     one text message each (the event's data, `stream_id` added when the turn named one)."""
 
-    def __init__(self, ws: web.WebSocketResponse, stream_id: str | None):
+    def __init__(self, ws: web.WebSocketResponse, stream_id: str | None, spec: state_spec.StateSpec):
         self.ws = ws
         self.stream_id = stream_id
+        # The protocol's terminal stream events (its descriptor's `state.stream`): the last response.
+        self._terminal = frozenset(name.decode() for name in spec.terminal_events)
+        self._field = spec.snapshot_field
         self.final: dict | None = None  # the Response of the terminal event
         self.sent = 0
         self._pending = b""
@@ -78,8 +81,8 @@ class _Events(Writer):
         except orjson.JSONDecodeError:
             event = None
         if isinstance(event, dict):
-            if event.get("type") in TERMINAL_EVENTS and isinstance(event.get("response"), dict):
-                self.final = event["response"]
+            if event.get("type") in self._terminal and isinstance(event.get(self._field), dict):
+                self.final = event[self._field]
             if self.stream_id is not None:
                 event["stream_id"] = self.stream_id
                 data = orjson.dumps(event)
@@ -92,8 +95,8 @@ class _Events(Writer):
     async def event(self, event: dict) -> None:
         if self.stream_id is not None:
             event = {**event, "stream_id": self.stream_id}
-        if event.get("type") in TERMINAL_EVENTS:
-            self.final = event["response"]
+        if event.get("type") in self._terminal:
+            self.final = event[self._field]
         await self.send(dump_json(event).decode())
 
     async def write_eof(self, data: bytes = b"") -> None:
@@ -192,8 +195,12 @@ class Socket:
                 await self.ws.close(code=CLOSE_GOING_AWAY, message=b"the proxy is shutting down")
                 return
 
+    def _spec(self) -> state_spec.StateSpec:
+        return state_spec.of(self.proxy.engine.wire, self.protocol) or state_spec.NONE
+
     async def _refuse(self, message: str, param: str | None) -> None:
-        await _Events(self.ws, None).event(error_event(self.proxy, self.protocol, E.InvalidRequest(message, param=param)))
+        error = error_event(self.proxy, self.protocol, E.InvalidRequest(message, param=param))
+        await _Events(self.ws, None, self._spec()).event(error)
 
     async def _turn(self, event: dict) -> None:
         proxy = self.proxy
@@ -205,7 +212,7 @@ class Socket:
         if self.client is not None:
             info["_client"] = self.client
         stream_id = event.get("stream_id") if isinstance(event.get("stream_id"), str) else None
-        events = _Events(self.ws, stream_id)
+        events = _Events(self.ws, stream_id, self._spec())
         turn = DetachedRequest(self.request, events, {INFO_KEY: info})
         token = requestid.current.set(info["request_id"])
         pinned = reload.pin(proxy)  # each turn starts on the live generation, as a request would
