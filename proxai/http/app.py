@@ -290,15 +290,17 @@ class Proxy:
             # A previous turn the proxy stored (another provider served it) is unknown to this
             # one: it gets the whole history; a turn it served itself stays its id.
             resolved = conversation is None and stateful and await self.state.resolve_held(request, body, provider.name, spec)
-            if match.upstream_model != body[model_field] or conversation is not None or resolved:
+            rewritten = match.upstream_model != body[model_field] or conversation is not None or resolved
+            if rewritten:
                 body[model_field] = match.upstream_model
-                raw = dump_json(body)
             if stateful and body.get("store") is not False:
                 info["_owned_id"] = True  # the provider keeps this response: note whose it is (responses_state)
             target = self.engine.wire.target(protocol, "generate", match.upstream_model, stream)
             target = Target(target.path, target.query or request.rel_url.raw_query_string)
-            return await self.passthrough(request, protocol, provider, raw, stream, info, target,
-                                           body=body, answer_model=answer_model, conversation=conversation)
+            # The rewritten bytes are made in the call, not kept in this frame: passthrough lets go
+            # of them once sent, so an open stream does not hold its request body to its end.
+            return await self.passthrough(request, protocol, provider, dump_json(body) if rewritten else raw, stream,
+                                           info, target, body=body, answer_model=answer_model, conversation=conversation)
         turn = None
         if stateful:
             if turns:  # a retry: the conversation was resolved by the first translated attempt
@@ -320,6 +322,7 @@ class Proxy:
         if answer_model is not None:
             rewrite = response_model.rewriter(response_model.answer_key(self.engine.tables, protocol), answer_model)
         upstream = await self.send(request, provider, raw, stream, info, target)
+        del raw  # sent: a retry starts again from the client's request (serve), not from these bytes
         try:
             await self.raise_for_status(upstream, provider)
             if not _is_event_stream(upstream):
@@ -516,6 +519,7 @@ class Proxy:
             return await server_tools.serve(self, request, match, ctx, ir, out_body, stream, info, turn)
         target = self.engine.wire.target(provider.protocol, "generate", match.upstream_model, stream)
         upstream = await self.send(request, provider, dump_json(out_body), stream, info, target)
+        del out_body, ir  # sent: this frame lives as long as the stream, and a retry translates again
         try:
             await self.raise_for_status(upstream, provider)
             if not stream:

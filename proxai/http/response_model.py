@@ -47,7 +47,9 @@ def rewriter(key: str, model: str) -> Callable[[bytes], bytes]:
     """bytes -> the same bytes with the first `"key": "..."` value replaced by `model`."""
     quoted = b'"' + key.encode() + b'"'
     pattern = re.compile(rb'(?<!\\)' + re.escape(quoted) + rb'(\s*:\s*)"(?:[^"\\]|\\.)*"')
-    value = orjson.dumps(model)
+    # orjson allocates at least 4 KiB for its output, kept as long as the bytes are: a
+    # stream holds this rewriter to its end, so it keeps an exact-size copy.
+    value = bytes(memoryview(orjson.dumps(model)))
 
     def replace(m: re.Match[bytes]) -> bytes:
         return quoted + m.group(1) + value
