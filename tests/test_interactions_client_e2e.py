@@ -472,9 +472,12 @@ def _idle(mock_url, kind):
 
 
 @pytest.mark.parametrize("kw,field", [
-    ({"input": [{"type": "bogus_step"}]}, "input[0]"),
+    # The SDK sends a dict that is not a Step as the content of a user_input step.
+    ({"input": [{"type": "bogus_step"}]}, "unsupported content type 'bogus_step' (at input[0].content[0])"),
+    ({"input": "hi", "extra_body": {"input": [{"type": "bogus_step"}]}},
+     "unknown input step type 'bogus_step' (not a Step type of the Interactions API) (at input[0].type)"),
     ({"input": "hi", "extra_body": {"tools": "get_weather"}}, "tools"),  # past the SDK's own checks
-], ids=["unknown-step-type", "tools-not-a-list"])
+], ids=["unknown-content-type", "unknown-step-type", "tools-not-a-list"])
 def test_bad_input_is_a_400_naming_the_field(iproxy, mock, kw, field):
     client = Interactions(iproxy)
     with pytest.raises(interactions_errors.APIStatusError) as err:

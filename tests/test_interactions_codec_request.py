@@ -10,6 +10,7 @@ import json
 
 import pytest
 from google.genai._gaos.types.interactions.createmodelinteraction import CreateModelInteraction
+from google.genai._gaos.types.interactions.step import _STEP_VARIANTS
 
 import engine
 from engine import Context
@@ -214,7 +215,7 @@ def test_plain_text_format_asks_for_nothing(eng):
     ({"input": 5}, "input", "must be a string"),
     ({"input": []}, "input", "input is required"),
     ({"input": [3]}, "input[0]", "object with a type"),
-    ({"input": [{"type": "bogus"}]}, "input[0]", "bogus"),
+    ({"input": [{"type": "bogus"}]}, "input[0].type", "unknown input step type 'bogus'"),
     ({"input": [{"type": "user_input", "content": [{"type": "hologram"}]}]}, "input[0].content[0]", "hologram"),
     ({"input": [{"type": "user_input", "content": [{"type": "audio", "uri": "gs://a.wav"}]}]},
      "input[0].content[0].uri", "audio by uri"),
@@ -235,6 +236,27 @@ def test_bad_input_is_refused_naming_the_field(eng, body, param, words):
         decode(eng, body)
     assert err.value.param == param
     assert words in err.value.message
+
+
+def test_an_unknown_step_type_is_refused_naming_the_step(eng):
+    with pytest.raises(InvalidRequest) as err:
+        decode(eng, {"input": [{"type": "user_input", "content": [{"type": "text", "text": "q"}]},
+                               {"type": "bogus_step"}]})
+    assert err.value.param == "input[1].type"
+    assert "unknown input step type 'bogus_step'" in err.value.message
+
+
+# The SDK's Step variants the proxy translates; every other one is a tool Google ran.
+TRANSLATED_STEPS = {"user_input", "model_output", "thought", "function_call", "function_result"}
+
+
+@pytest.mark.parametrize("step", sorted(set(_STEP_VARIANTS) - TRANSLATED_STEPS))
+def test_every_hosted_step_type_of_the_sdk_decodes_for_the_encoder_to_refuse(eng, step):
+    ir, _ = decode(eng, {"input": [{"type": "user_input", "content": [{"type": "text", "text": "q"}]},
+                                   {"type": step, "id": "s1"}]})
+    last = ir["messages"][-1]
+    assert last["role"] == "assistant"
+    assert [(part["type"], part["what"]) for part in last["content"]] == [("unsupported", step)]
 
 
 def test_hosted_steps_in_the_history_are_refused_by_the_encoder(eng):
