@@ -475,7 +475,7 @@ def _idle(mock_url, kind):
     # The SDK sends a dict that is not a Step as the content of a user_input step.
     ({"input": [{"type": "bogus_step"}]}, "unsupported content type 'bogus_step' (at input[0].content[0])"),
     ({"input": "hi", "extra_body": {"input": [{"type": "bogus_step"}]}},
-     "unknown input step type 'bogus_step' (not a Step type of the Interactions API) (at input[0].type)"),
+     "unknown input step type: bogus_step (not a Step type of the Interactions API) (at input[0].type)"),
     ({"input": "hi", "extra_body": {"tools": "get_weather"}}, "tools"),  # past the SDK's own checks
 ], ids=["unknown-content-type", "unknown-step-type", "tools-not-a-list"])
 def test_bad_input_is_a_400_naming_the_field(iproxy, mock, kw, field):

@@ -215,7 +215,7 @@ def test_plain_text_format_asks_for_nothing(eng):
     ({"input": 5}, "input", "must be a string"),
     ({"input": []}, "input", "input is required"),
     ({"input": [3]}, "input[0]", "object with a type"),
-    ({"input": [{"type": "bogus"}]}, "input[0].type", "unknown input step type 'bogus'"),
+    ({"input": [{"type": "bogus"}]}, "input[0].type", "unknown input step type: bogus "),
     ({"input": [{"type": "user_input", "content": [{"type": "hologram"}]}]}, "input[0].content[0]", "hologram"),
     ({"input": [{"type": "user_input", "content": [{"type": "audio", "uri": "gs://a.wav"}]}]},
      "input[0].content[0].uri", "audio by uri"),
@@ -243,7 +243,7 @@ def test_an_unknown_step_type_is_refused_naming_the_step(eng):
         decode(eng, {"input": [{"type": "user_input", "content": [{"type": "text", "text": "q"}]},
                                {"type": "bogus_step"}]})
     assert err.value.param == "input[1].type"
-    assert "unknown input step type 'bogus_step'" in err.value.message
+    assert "unknown input step type: bogus_step " in err.value.message
 
 
 # The SDK's Step variants the proxy translates; every other one is a tool Google ran.
