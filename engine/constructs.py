@@ -24,6 +24,9 @@ def check_switch(c, node) -> None:
     for case in node.get("$cases") or {}:
         if case == "None":
             c.v1(node["$cases"], case, idioms.none_case())
+        elif isinstance(case, str) and case in ("$default", "$what"):
+            # Indented one level too deep, it would be a case for that very text, silently.
+            raise c.error(node["$cases"], f"{case!r} belongs beside $cases, not among them", case)
 
 
 def _hint(name, known) -> str:
