@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import datetime as dt
 import gc
+import re
 import sys
 import tracemalloc
 from pathlib import Path
@@ -139,7 +140,33 @@ async def _serve(app_or_server, **kw) -> tuple[web.BaseRunner, int]:
     return runner, runner.addresses[0][1]
 
 
-async def measure(client: str, provider: str, n: int, frames: int) -> dict:
+def repeated(client: str, provider: str, port: int, turns: int) -> tuple[str, bytes, bytes]:
+    """bench.idle's request with its exchange (user, tool call, tool result) said `turns` times: a longer conversation."""
+    path, head, body = idle.request_bytes(client, provider, port)
+    if turns <= 1:
+        return path, head, body
+    doc = orjson.loads(body)
+    system = [m for m in doc["messages"] if m.get("role") == "system"]
+    doc["messages"] = system + [m for m in doc["messages"] if m.get("role") != "system"] * turns
+    body = orjson.dumps(doc)
+    head = re.sub(rb"Content-Length: \d+", b"Content-Length: %d" % len(body), head)
+    return path, head, body
+
+
+async def hold(n: int, port: int, request: tuple[str, bytes, bytes], timeout: float) -> list[idle.HeldStream]:
+    path, head, body = request
+    gate = asyncio.Semaphore(idle.CONNECTING)
+    streams = [idle.HeldStream() for _ in range(n)]
+
+    async def one(s: idle.HeldStream) -> None:
+        async with gate:
+            await s.open(port, path, head, body, timeout)
+
+    await asyncio.gather(*(one(s) for s in streams))
+    return streams
+
+
+async def measure(client: str, provider: str, n: int, frames: int, turns: int = 1) -> dict:
     from proxai.http.app import build_app, make_runner  # the proxy's own runner (its handler factory)
     from proxai.routing.config import load_dict
 
@@ -153,9 +180,12 @@ async def measure(client: str, provider: str, n: int, frames: int) -> dict:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = runner.addresses[0][1]
-    record: dict = {"pair": f"{SHORT[client]}->{SHORT[provider]}", "n": n, "frames": frames}
+    request = repeated(client, provider, port, turns)
+    streams: list[idle.HeldStream] = []
+    record: dict = {"pair": f"{SHORT[client]}->{SHORT[provider]}", "n": n, "frames": frames,
+                    "request_bytes": len(request[2])}
     try:
-        warm = await idle.open_streams(WARM, port, client, provider, 60)
+        warm = await hold(WARM, port, request, 60)
         if any(s.error for s in warm):
             raise RuntimeError(f"warm-up stream failed: {next(s.error for s in warm if s.error)}")
         await idle.close_streams(warm)
@@ -164,18 +194,25 @@ async def measure(client: str, provider: str, n: int, frames: int) -> dict:
         try:
             gc.collect()
             before = tracemalloc.take_snapshot()
-            streams = await idle.open_streams(n, port, client, provider, 120)
+            streams = await hold(n, port, request, 120)
             errors = [s.error for s in streams if s.error]
             record.update(opened=n, first_event=sum(1 for s in streams if s.first), errors=len(errors),
                           first_error=errors[0] if errors else None)
             await asyncio.sleep(0.2)
             gc.collect()
             held = tracemalloc.take_snapshot()
+            await idle.close_streams(streams)
+            streams = []
+            await asyncio.sleep(0.5)  # the proxy sees each disconnect and ends its handler
+            gc.collect()
+            closed = tracemalloc.take_snapshot()
         finally:
             tracemalloc.stop()
         record.update(attribute(before, held, n))
-        await idle.close_streams(streams)
+        # what is still alive once every stream has ended: caches, or a leak if it grows with N
+        record["after_close"] = {k: v for k, v in attribute(before, closed, n).items() if k != "by_frame"}
     finally:
+        await idle.close_streams(streams)  # an error above: no stream may be left for the shutdown to wait on
         await runner.cleanup()
         await up_runner.cleanup()
     return record
@@ -185,10 +222,10 @@ async def run(opts: argparse.Namespace, log=print) -> dict:
     from bench.run import _commit
 
     result = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "commit": _commit(),
-              "machine": procstat.machine(), "options": {"streams": opts.streams, "frames": opts.frames}, "runs": []}
+              "machine": procstat.machine(), "options": {"streams": opts.streams, "frames": opts.frames, "turns": opts.turns}, "runs": []}
     for client, provider in opts.pairs:
         log(f"  {SHORT[client]}->{SHORT[provider]} N={opts.streams}")
-        result["runs"].append(await measure(client, provider, opts.streams, opts.frames))
+        result["runs"].append(await measure(client, provider, opts.streams, opts.frames, opts.turns))
     return result
 
 
@@ -197,10 +234,10 @@ def markdown(result: dict) -> str:
              f"- {result['options']['streams']} streams per pair held after their first event, in one process "
              "with the upstream and the client; Python allocations alive while held (tracemalloc, "
              f"{result['options']['frames']} frames), per stream; the proxy's are those with a proxai/engine frame",
-             "", "| pair | N | first events | proxy B/stream | request copies B/stream | upstream+client B/stream |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "", "| pair | N | request bytes | first events | proxy B/stream | request copies B/stream | upstream+client B/stream |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["runs"]:
-        lines.append(f"| {r['pair']} | {r['n']} | {r['first_event']}/{r['n']} | {r['proxy_bytes']} | "
+        lines.append(f"| {r['pair']} | {r['n']} | {r['request_bytes']} | {r['first_event']}/{r['n']} | {r['proxy_bytes']} | "
                      f"{r['request_copy_bytes']} | {r['other_bytes']} |")
     for r in result["runs"]:
         lines += ["", f"## {r['pair']}: the proxy's allocations by kind", "", "| kind | B/stream | blocks/stream |",
@@ -217,6 +254,8 @@ def options(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--streams", type=int, default=200, help="idle streams held per pair (default 200)")
     p.add_argument("--pairs", type=lambda s: [idle.by_name(x.strip()) for x in s.split(",") if x.strip()],
                    default=[idle.by_name("chat->chat"), idle.by_name("chat->anthropic")])
+    p.add_argument("--turns", type=int, default=1,
+                   help="the request's exchange said this many times: a longer conversation (default 1, ~1 KB)")
     p.add_argument("--frames", type=int, default=30, help="frames per traced allocation (default 30)")
     p.add_argument("--json", help="where to write the results (default bench/results/idle-streams-<time>.json)")
     p.add_argument("--silent", action="store_true")

@@ -28,6 +28,8 @@ def test_an_idle_stream_keeps_no_copy_of_what_was_sent_upstream():
         assert r["proxy_bytes"] > r["request_copy_bytes"] > 0
         # the request as sent upstream is let go once sent (each was a 4 KiB orjson buffer)
         assert kinds.get("upstream request bytes", 0) < 100, (pair, kinds)
+        # every stream ended: no copy of any request is left
+        assert r["after_close"]["request_copy_bytes"] < 100, (pair, r["after_close"])
     chat = {k["where"]: k["bytes"] for k in runs["chat->chat"]["by_kind"]}
     assert chat["answer model rewriter"] < 512, chat  # the model name, not orjson's 4 KiB buffer
     translated = {k["where"]: k["bytes"] for k in runs["chat->anthropic"]["by_kind"]}
@@ -35,4 +37,5 @@ def test_an_idle_stream_keeps_no_copy_of_what_was_sent_upstream():
     assert translated.get("translated request (IR, provider body)", 0) < 2048, translated
 
     md = idle_streams.markdown(result)
-    assert f"| chat->chat | {N} | {N}/{N} |" in md and "request copies B/stream" in md
+    size = runs["chat->chat"]["request_bytes"]
+    assert f"| chat->chat | {N} | {size} | {N}/{N} |" in md and "request copies B/stream" in md
