@@ -259,12 +259,16 @@ def test_every_hosted_step_type_of_the_sdk_decodes_for_the_encoder_to_refuse(eng
     assert [(part["type"], part["what"]) for part in last["content"]] == [("unsupported", step)]
 
 
-def test_hosted_steps_in_the_history_are_refused_by_the_encoder(eng):
+@pytest.mark.parametrize("provider", ["openai_chat_completions", "openai_responses", "anthropic_messages",
+                                      "gemini_generate_content"])
+def test_hosted_steps_in_the_history_are_refused_by_the_encoder(eng, provider):
+    """Every other provider's encoder names the step it cannot send (not "an unsupported part")."""
     with pytest.raises(InvalidRequest) as err:
-        eng.translate_request(ctx(provider="openai_chat_completions"), {"model": "m", "input": [
+        eng.translate_request(ctx(provider=provider), {"model": "m", "input": [
             {"type": "user_input", "content": [{"type": "text", "text": "q"}]},
             {"type": "google_search_call", "id": "s1", "arguments": {"queries": ["x"]}}]})
     assert "google_search_call" in err.value.message
+    assert err.value.param.startswith("input[1]")
 
 
 # --- encode: IR -> Interactions provider request ---------------------------------------
