@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from proxai import protocols
 
-from . import demo, render_interactions
+from . import render_interactions
 from .interactions_ledger import InteractionLedger, Invalid, NotFound
 from .replies import INTERACTIONS, Json, Stream
 from .turn import Turn
@@ -105,15 +105,7 @@ class InteractionsEndpoints:
             self.ledger.check(body)
         except (Invalid, NotFound) as e:
             return _refused(e)
-        mock = self.mock
-        if mock._queue:
-            reply = mock._queue.popleft()
-        elif mock.responder is not None:
-            reply = mock.responder
-        else:
-            reply = demo.demo_reply(INTERACTIONS, body)
-        if callable(reply):
-            reply = reply(record)
+        reply = self.mock.next_reply(INTERACTIONS, body, record)
         if isinstance(reply, Json) and isinstance(reply.body, dict) and reply.status == 200 and "id" in reply.body:
             self.ledger.record(body, reply.body)  # a scripted resource continues like a rendered one
         if not isinstance(reply, Turn):

@@ -212,14 +212,8 @@ class MockUpstream:
                 return _refuse(protocol, *refused)
             if method == "countTokens":
                 reply = self._queue.popleft() if self._queue else Json({"totalTokens": max(1, len(raw) // 4)})
-            elif self._queue:
-                reply = self._queue.popleft()
-            elif self.responder is not None:
-                reply = self.responder
             else:
-                reply = demo.demo_reply(protocol, shaped)
-            if callable(reply):
-                reply = reply(record)
+                reply = self.next_reply(protocol, shaped, record)
             if shaped["stream"] and "alt=sse" not in record.query.split("&") and isinstance(reply, Turn):
                 # Without alt=sse Gemini streams one JSON array of the chunks.
                 return _json(200, [chunk for _, chunk in render_gemini.events(reply, shaped)])
@@ -246,15 +240,18 @@ class MockUpstream:
         misplaced = anthropic_system.refusal(protocol, record.body or {}, any_model=self.system_in_place)
         if misplaced:
             return _json(400, native_error_body(protocol, 400, misplaced))
+        return await self._answer(request, protocol, record.body or {}, self.next_reply(protocol, record.body or {}, record))
+
+    def next_reply(self, protocol: str, body: dict, record: Recorded):
+        """The scripted reply next in the queue, else the responder's, else the demo reply
+        to `body`; a callable reply is called with the request's record."""
         if self._queue:
             reply = self._queue.popleft()
         elif self.responder is not None:
             reply = self.responder
         else:
-            reply = demo.demo_reply(protocol, record.body or {})
-        if callable(reply):
-            reply = reply(record)
-        return await self._answer(request, protocol, record.body or {}, reply)
+            reply = demo.demo_reply(protocol, body)
+        return reply(record) if callable(reply) else reply
 
     async def _answer(self, request, protocol: str, body: dict, reply) -> web.StreamResponse:
         if isinstance(reply, Turn):
