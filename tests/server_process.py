@@ -75,6 +75,16 @@ class ServerProcess:
     def request_records(self) -> list[dict]:
         return [r for r in self.records() if r.get("logger") == "proxai.request"]
 
+    def request_records_of(self, path: str, count: int = 1, timeout: float = 5.0) -> list[dict]:
+        """The request records of `path`, once there are `count` of them (or after `timeout`): a
+        stream's record is written as it ends, which can be just after the client read its last event."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [r for r in self.request_records() if r.get("path") == path]
+            if len(found) >= count or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
+
     # /proc views of the serving process (single-worker mode)
     def status(self, field: str) -> int:
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

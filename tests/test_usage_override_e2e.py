@@ -70,7 +70,7 @@ def test_a_usage_override_reaches_the_client_the_log_the_metrics_and_the_inspect
     assert _ask(srv, stream) == (want, 7)
     assert mock.requests[-1].path.endswith("/chat/completions")
 
-    logged = [r for r in srv.request_records() if r.get("path") == "/v1/messages"]
+    logged = srv.request_records_of("/v1/messages")
     assert [(r["input_tokens"], r["output_tokens"]) for r in logged] == [(want, 7)]
     metrics = srv.get("/metrics").decode()
     assert (_tokens(metrics, "input"), _tokens(metrics, "output")) == (want, 7)
