@@ -124,16 +124,22 @@ def _count(items, noun="system/developer message") -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
-def gemini_folded(scope):
-    """Gemini request encode, on the IR: Gemini has instructions only in
-    ``systemInstruction``; later ones fold there (the template does it), traced."""
-    ir, ctx = scope.cur, scope.ctx
-    if isinstance(ir, dict) and ctx is not None:
-        later = later_instructions(ir.get("messages"))
-        if later:
-            ctx.trace(f"{_count(later)} after the first turn folded into systemInstruction "
-                      "(Gemini has no instructions in place): they now precede the turns before them")
-    return ir
+def folded_into(field: str, api: str):
+    """A request-encode hook on the IR for a protocol whose instructions go only in `field`:
+    later ones fold there (the template does it), traced."""
+    def folded(scope):
+        ir, ctx = scope.cur, scope.ctx
+        if isinstance(ir, dict) and ctx is not None:
+            later = later_instructions(ir.get("messages"))
+            if later:
+                ctx.trace(f"{_count(later)} after the first turn folded into {field} "
+                          f"({api} has no instructions in place): they now precede the turns before them")
+        return ir
+
+    return folded
+
+
+gemini_folded = folded_into("systemInstruction", "Gemini")
 
 
 HOOKS = {

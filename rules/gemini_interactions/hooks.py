@@ -8,7 +8,7 @@ from __future__ import annotations
 from engine.errors import InvalidRequest
 from engine.hooks import continuation
 from engine.hooks.gemini_client import decode_b64
-from engine.hooks.instructions import later_instructions
+from engine.hooks.instructions import folded_into
 
 # The types of Content (content.py); a list of only these is one user turn.
 CONTENT_TYPES = frozenset({"text", "image", "audio", "document", "video"})
@@ -52,16 +52,8 @@ def input_kind(scope, input=None):
     raise InvalidRequest("input must be a string, a Content or a list of Content or Steps", param="input")
 
 
-def instructions_folded(scope):
-    """Request encode, on the IR: Interactions has instructions only in
-    ``system_instruction``; later ones fold there (the template does it), traced."""
-    ir, ctx = scope.cur, scope.ctx
-    if isinstance(ir, dict) and ctx is not None:
-        later = later_instructions(ir.get("messages"))
-        if later:
-            ctx.trace(f"{len(later)} system/developer message(s) after the first turn folded into "
-                      "system_instruction (Interactions has no instructions in place)")
-    return ir
+# Interactions has instructions only in system_instruction: later ones fold there, traced.
+instructions_folded = folded_into("system_instruction", "Interactions")
 
 
 def join_model_outputs(scope):
