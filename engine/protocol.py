@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .context import Context
 from .errors import RuleError, TranslationError, UpstreamProtocolError
+from .scope import Run, Scope
 from .yamlsrc import Located
 
 #: how codec files (and protocol.yaml itself) name a protocol-level template: `{$ref: protocol.usage_in}`
@@ -64,9 +66,10 @@ class Descriptor:
         the rules cannot read (a malformed body) is None: this feeds logs and metrics, and
         must not fail a response the client already has."""
         out = {}
+        scope = _scope(body, self.name)  # the templates only read: one scope serves them all
         for name, fn in self.summary_rules.items():
             try:
-                out[name] = _run(fn, body, self.name)
+                out[name] = fn(scope)
             except (TranslationError, TypeError, ValueError, AttributeError, KeyError, IndexError):
                 out[name] = None
         return out
@@ -143,12 +146,13 @@ def compile_descriptor(name: str, doc, file: str, hooks: dict, tables: dict) -> 
     return Descriptor(name, doc, file, rules, encode, decode, compiled, listing)
 
 
-def _run(fn, payload, protocol: str):
-    from .context import Context
-    from .template import Run, Scope
-
+def _scope(payload, protocol: str):
     ctx = Context(client_protocol=protocol, provider_protocol=protocol)
-    return fn(Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, Run(UpstreamProtocolError)))
+    return Scope(payload, {"root": payload, "ctx": ctx.vars()}, "", ctx, Run(UpstreamProtocolError))
+
+
+def _run(fn, payload, protocol: str):
+    return fn(_scope(payload, protocol))
 
 
 def run_template(fn, payload, protocol: str, what: str = "errors"):

@@ -186,11 +186,12 @@ def parse(protocol: str, raw: bytes, fields: tuple[str, str] = BODY_FIELDS) -> d
 
 
 def decode(raw: bytes) -> dict[str, Any]:
-    if not raw.strip():
-        raise InvalidRequest("request body is empty; expected a JSON object")
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError:
+        # only now: strip() copies the body, which an agent's request makes hundreds of KB
+        if not raw.strip():
+            raise InvalidRequest("request body is empty; expected a JSON object") from None
         body = _decode_slow(raw)
     if not isinstance(body, dict):
         raise InvalidRequest("request body must be a JSON object")

@@ -16,6 +16,7 @@ With keys none of this applies: a page cannot know a key. /healthz and /readyz a
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from typing import Mapping
 
@@ -73,6 +74,7 @@ def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
     return loopback_host(host) or host_name(host) in {host_name(h) for h in allowed}
 
 
+@functools.lru_cache(maxsize=16)
 def loopback_listener(bind: str) -> bool:
     return bind == "localhost" or is_loopback(bind)
 
@@ -85,6 +87,7 @@ def loopback_origin(page: str) -> bool:
     return loopback_host(authority)
 
 
+@functools.lru_cache(maxsize=256)  # every request asks this of its Host header; clients send a few names
 def loopback_host(host: str) -> bool:
     """A Host header naming this machine: localhost or a loopback address (any port)."""
     name = host_name(host)

@@ -20,6 +20,7 @@ Gemini's are objects before `modelVersion`: only an argument itself named
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Callable
 
@@ -43,13 +44,18 @@ def answer_key(tables, protocol: str) -> str:
     return table.lookup(protocol) if table is not None else "model"
 
 
-def rewriter(key: str, model: str) -> Callable[[bytes], bytes]:
-    """bytes -> the same bytes with the first `"key": "..."` value replaced by `model`."""
+@functools.lru_cache(maxsize=256)  # a route's few model names, every request
+def _parts(key: str, model: str) -> tuple[bytes, re.Pattern[bytes], bytes]:
     quoted = b'"' + key.encode() + b'"'
     pattern = re.compile(rb'(?<!\\)' + re.escape(quoted) + rb'(\s*:\s*)"(?:[^"\\]|\\.)*"')
     # orjson allocates at least 4 KiB for its output, kept as long as the bytes are: a
     # stream holds this rewriter to its end, so it keeps an exact-size copy.
-    value = bytes(memoryview(orjson.dumps(model)))
+    return quoted, pattern, bytes(memoryview(orjson.dumps(model)))
+
+
+def rewriter(key: str, model: str) -> Callable[[bytes], bytes]:
+    """bytes -> the same bytes with the first `"key": "..."` value replaced by `model`."""
+    quoted, pattern, value = _parts(key, model)
 
     def replace(m: re.Match[bytes]) -> bytes:
         return quoted + m.group(1) + value
