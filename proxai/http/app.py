@@ -615,18 +615,6 @@ def _refuse_foreign_pages(request: web.Request, proxy: Proxy) -> None:
         raise refused
 
 
-async def _send_whole(request: web.Request, response: web.StreamResponse) -> None:
-    """Send a whole response now rather than after the middleware returns: the log line and
-    the metrics that follow must not keep the client waiting (aiohttp's own send of a prepared
-    response is then a no-op). A capture is complete before: its files are there when the
-    answer is."""
-    try:
-        await response.prepare(request)
-        await response.write_eof()
-    except (ConnectionResetError, aiohttp.ClientConnectionResetError):
-        pass  # the client left: aiohttp would have let it go the same way
-
-
 @web.middleware
 async def _middleware(request: web.Request, handler) -> web.StreamResponse:
     started = time.monotonic()
@@ -693,8 +681,6 @@ async def _middleware(request: web.Request, handler) -> web.StreamResponse:
             info["duration_ms"] = elapsed
             if cap is not None:
                 cap.summary(info)
-            if response is not None and not response.prepared:
-                await _send_whole(request, response)
             notes = info.get("_traces")
             if notes:
                 # One line per note at DEBUG; the INFO summary carries only their count.
