@@ -12,7 +12,7 @@ import engine
 from proxai.observability import capture
 from proxai.http.relay import Relay
 from proxai.http.sse import SSEParser, _parse_block
-from proxai.http.streaming import Outcome, StreamLoop
+from proxai.http.streaming import Outcome, StreamLoop, TranslatedStream
 
 BLOCKS = [
     b'data: {"a":1}\n\n',
@@ -144,6 +144,71 @@ def test_what_already_arrived_is_relayed_without_a_wait():
     assert asyncio.run(go()) is Outcome.COMPLETE
     assert content.waits == 2  # the second part, then EOF; START was taken as it was
     assert loop.observer.usage["input_tokens"] == 3
+
+
+class _Writes(_Client):
+    def __init__(self):
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    async def write(self, data: bytes) -> None:
+        self.writes.append(bytes(data))
+        await super().write(data)
+
+
+@pytest.mark.parametrize("translated", [False, True])
+def test_an_opening_burst_goes_out_from_its_first_event(translated):
+    """A first read holding the whole stream: prime() takes its first event only (what the
+    client's first write carries), run() the rest at once, in one write, before any wait."""
+    content = _Content(START + REST, [])
+    eng = engine.Engine.load()
+    client_protocol = "openai_chat_completions" if translated else ANTHROPIC
+    ctx = engine.Context(client_protocol=client_protocol, provider_protocol=ANTHROPIC, provider_name="p",
+                         upstream_model="m", client_body={})
+    observer = TranslatedStream(eng.open_stream(ctx)) if translated else Relay(ANTHROPIC, eng, ctx)
+    loop = StreamLoop(_Upstream(content), observer, idle_timeout=60.0, tool_call_timeout=60.0, provider_name="p",
+                      idle_guarded=True)
+    client = _Writes()
+
+    async def go():
+        await loop.prime()
+        primed = loop.primed
+        return primed, await loop.run(client)
+
+    primed, outcome = asyncio.run(go())
+    assert outcome in (Outcome.COMPLETE, Outcome.COMPLETE_WITHOUT_DONE)
+    if translated:
+        assert primed.startswith(b"data: ") and primed.count(b"\n\n") == 1  # message_start: the role chunk
+        assert b'"content":"hi"' in client.writes[1] and client.out.endswith(b"data: [DONE]\n\n")
+    else:
+        assert primed == START
+        assert client.writes[:2] == [START, REST]
+    assert content.waits == 1  # only the EOF was waited for
+    assert loop.observer.usage["input_tokens"] == 3
+
+
+def test_a_cr_in_the_first_read_is_taken_whole():
+    burst = (START + REST).replace(b"\n", b"\r\n")
+    loop = _loop(_Content(burst, []))
+    client = _Writes()
+
+    async def go():
+        await loop.prime()
+        return loop.primed, await loop.run(client)
+
+    primed, outcome = asyncio.run(go())
+    assert outcome is Outcome.COMPLETE and primed == burst
+
+
+def test_a_comment_before_the_first_event_is_relayed_with_it():
+    loop = _loop(_Content(b": hello\n\n" + START + REST, []))
+
+    async def go():
+        await loop.prime()
+        return loop.primed, await loop.run(_Client())
+
+    primed, outcome = asyncio.run(go())
+    assert outcome is Outcome.COMPLETE and primed == b": hello\n\n" + START
 
 
 def test_the_transports_read_timeout_ends_a_guarded_stream_as_idle():

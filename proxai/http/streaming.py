@@ -42,6 +42,7 @@ _YIELD_EVERY_BYTES = 1 << 20
 # asyncio runs a timer up to its clock resolution early: a beat that fires this close to its
 # interval counts as on time.
 _TIMER_SLACK = 0.005
+
 SHUTDOWN_MESSAGE = "the proxy is shutting down; retry the request"
 MALFORMED_BODY_MESSAGE = "the provider's response body is malformed (its HTTP framing is invalid)"
 
@@ -163,6 +164,17 @@ class TranslatedStream:
                 self.outcome = RULE_ERROR_OUTCOMES.get(error.get("error_type"), Outcome.UPSTREAM_ERROR)
 
 
+def _split_first(chunk: bytes) -> tuple[bytes, bytes]:
+    """The chunk up to its first blank line, and the rest. A provider's opening burst (several
+    events in the first read) then goes out from its first event, not once all of it is
+    decoded. Only LF endings are cut (a CR may pair with an LF in the next read): with a CR,
+    or no blank line, the whole chunk is the head."""
+    end = chunk.find(b"\n\n")
+    if end < 0 or end + 2 == len(chunk) or chunk.find(b"\r") >= 0:
+        return chunk, b""
+    return chunk[:end + 2], chunk[end + 2:]
+
+
 class StreamLoop:
     """Reads an upstream SSE body and writes the client's stream.
 
@@ -204,6 +216,7 @@ class StreamLoop:
         self._stopping = False
         self._unyielded = 0
         self._pending: list[bytes] = []
+        self._rest = b""  # what prime() read after the first event, for run() to take first
         self._eof = False
         self._seen_event = False
         self._relayed = 0  # pass-through events relayed unchanged
@@ -333,23 +346,27 @@ class StreamLoop:
     async def prime(self) -> None:
         """Buffer upstream bytes until the first complete event (HTTP errors still possible)."""
         while not self._seen_event:
-            try:
-                chunk = await self._read()
-            except (*READ_FAILURES, ConnectionError) as exc:
-                if self._stopping:
-                    raise Overloaded(SHUTDOWN_MESSAGE, headers={"Retry-After": "1"}) from None
-                if self.guard.malformed(exc):
+            if self._rest:
+                chunk, self._rest = self._rest, b""
+            else:
+                try:
+                    chunk = await self._read()
+                except (*READ_FAILURES, ConnectionError) as exc:
+                    if self._stopping:
+                        raise Overloaded(SHUTDOWN_MESSAGE, headers={"Retry-After": "1"}) from None
+                    if self.guard.malformed(exc):
+                        raise UpstreamProtocolError(
+                            f"provider {self.provider_name!r} sent a malformed response body before its first event "
+                            "(its HTTP framing is invalid)") from None
                     raise UpstreamProtocolError(
-                        f"provider {self.provider_name!r} sent a malformed response body before its first event "
-                        "(its HTTP framing is invalid)") from None
-                raise UpstreamProtocolError(
-                    f"provider {self.provider_name!r} dropped the stream before its first event ({type(exc).__name__})"
-                ) from None
+                        f"provider {self.provider_name!r} dropped the stream before its first event ({type(exc).__name__})"
+                    ) from None
             if chunk is None:
                 raise UpstreamTimeout(f"provider {self.provider_name!r} sent no event for {self.idle_timeout:g}s")
             if not chunk:
                 raise UpstreamProtocolError(f"provider {self.provider_name!r} ended the stream before its first event")
-            out = self._take(chunk)
+            head, self._rest = _split_first(chunk)
+            out = self._take(head)
             if self.raw and self._relayed == 0 and self.observer.outcome is Outcome.MALFORMED:
                 raise UpstreamProtocolError(f"provider {self.provider_name!r} sent a malformed first stream event")
             self._pending.extend(out)
@@ -366,7 +383,10 @@ class StreamLoop:
             self._pending.clear()
             while not self._broken:
                 try:
-                    chunk = await self._read(client)
+                    if self._rest:
+                        chunk, self._rest = self._rest, b""
+                    else:
+                        chunk = await self._read(client)
                 except (*READ_FAILURES, ConnectionError) as exc:
                     if self._client_gone:
                         return self._finish(Outcome.CLIENT_DISCONNECTED)
