@@ -50,19 +50,23 @@ def stop(proc: subprocess.Popen | None, timeout: float = 10.0) -> None:
         proc.wait(5)
 
 
+def spawn_listening(cmd: list[str], cpus: tuple[int, ...] | None, what: str) -> tuple[subprocess.Popen, int]:
+    """Start a bench process that prints `PORT <n>` once it listens: the process and its port."""
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True, preexec_fn=pin_child(cpus))
+    line = proc.stdout.readline()
+    if not line.startswith("PORT "):
+        stop(proc)
+        raise RuntimeError(f"{what} did not start (said {line!r})")
+    return proc, int(line.split()[1])
+
+
 class Upstream:
     def __init__(self, deltas: int, events_per_write: int = 1, gap_ms: float = 0.0,
                  cpus: tuple[int, ...] | None = None, hold_after: int = 0, latency_ms: float = 0.0):
         cmd = [PYTHON, "-m", "bench.upstream", "--port", "0", "--deltas", str(deltas),
                "--events-per-write", str(events_per_write), "--gap-ms", str(gap_ms), "--hold-after", str(hold_after),
                "--latency-ms", str(latency_ms)]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True,
-                                     preexec_fn=pin_child(cpus))
-        line = self.proc.stdout.readline()
-        if not line.startswith("PORT "):
-            stop(self.proc)
-            raise RuntimeError(f"the bench upstream did not start (said {line!r})")
-        self.port = int(line.split()[1])
+        self.proc, self.port = spawn_listening(cmd, cpus, "the bench upstream")
         self.url = f"http://127.0.0.1:{self.port}"
         self.pid = self.proc.pid
 
@@ -82,13 +86,8 @@ class Floor:
                 cmd = [PYTHON, "-m", "bench.floor", "--upstream", upstream_url, "--port", str(port)]
                 if processes > 1:
                     cmd.append("--reuse-port")
-                proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True,
-                                        preexec_fn=pin_child(cpus))
+                proc, port = spawn_listening(cmd, cpus, "the floor relay")
                 self.procs.append(proc)
-                line = proc.stdout.readline()
-                if not line.startswith("PORT "):
-                    raise RuntimeError(f"the floor relay did not start (said {line!r})")
-                port = int(line.split()[1])
         except BaseException:
             self.close()
             raise

@@ -18,7 +18,6 @@ import fnmatch
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +27,7 @@ import orjson
 
 from bench import placement, procstat
 from bench.payloads import PROTOCOLS, SHORT
-from bench.placement import pin_child
-from bench.processes import PYTHON, ROOT, Driver, Floor, Proxy, Upstream, _env, stop
+from bench.processes import PYTHON, Driver, Floor, Proxy, Upstream, spawn_listening, stop
 from bench.run import RESULTS, STREAM_DELTAS, Target, _commit
 
 PROBE = ["-m", "bench.timeline_probe"]
@@ -95,13 +93,8 @@ class ProbedFloor:
 
     def __init__(self, upstream_url: str, out: Path, cpus: tuple[int, ...] | None):
         cmd = [PYTHON, *PROBE, "floor", "--out", str(out), "--upstream", upstream_url]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, text=True,
-                                     preexec_fn=pin_child(cpus))
-        line = self.proc.stdout.readline()
-        if not line.startswith("PORT "):
-            stop(self.proc)
-            raise RuntimeError(f"the probed floor relay did not start (said {line!r})")
-        self.url = f"http://127.0.0.1:{int(line.split()[1])}"
+        self.proc, port = spawn_listening(cmd, cpus, "the probed floor relay")
+        self.url = f"http://127.0.0.1:{port}"
         self.pid = self.proc.pid
 
     def close(self) -> None:

@@ -54,7 +54,9 @@ def test_timeline_times_every_stage_of_the_proxy_and_the_floor(tmp_path):
             # every measured request (60 minus the warm-up fifth) carried every stamp
             assert entry["requests"] == entry["complete"] == 48
             assert entry["driver"]["requests"] == 48 and entry["driver"]["errors"] == 0
-            assert 0 < entry["first_byte_written"] < entry["ttfb"]
+            # The stamp follows the write's return: on a loaded machine the client may read the
+            # bytes before the relay stamps them, so the two medians are close, not ordered.
+            assert 0 < entry["first_byte_written"] < 2 * entry["ttfb"]
             for label in ("**TTFB p50 (driver)**", "relay: received to first body byte written"):
                 assert _number(rows[label][column]) > 0
         # stages the floor does not have are the proxy's alone
