@@ -42,7 +42,6 @@ _YIELD_EVERY_BYTES = 1 << 20
 # asyncio runs a timer up to its clock resolution early: a beat that fires this close to its
 # interval counts as on time.
 _TIMER_SLACK = 0.005
-
 SHUTDOWN_MESSAGE = "the proxy is shutting down; retry the request"
 MALFORMED_BODY_MESSAGE = "the provider's response body is malformed (its HTTP framing is invalid)"
 
