@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 
 from ..errors import UpstreamProtocolError
+from .open_blocks import OpenBlocks
 
 
 class BlocksIn:
@@ -50,57 +51,31 @@ def usage_merge(scope, usage=None, update=None):
     return {**(usage or {}), **{k: v for k, v in update.items() if v is not None}}
 
 
-class BlocksOut:
-    """Encoding: our block per IR block, indexes 0, 1, 2... in start order; a reasoning
-    block's text and opaque state for its envelope; whether text or a refusal was sent."""
+class BlocksOut(OpenBlocks):
+    """Encoding: our block per IR block (engine/hooks/open_blocks.py), and whether text or a
+    refusal was sent."""
 
-    __slots__ = ("blocks", "next_index", "text_seen", "refusal_seen")
+    __slots__ = ("text_seen", "refusal_seen")
 
     def __init__(self, ctx):
-        self.blocks: dict = {}
-        self.next_index = 0
+        super().__init__(ctx)
         self.text_seen = False
         self.refusal_seen = False
 
     def open(self, index=None, kind=None, text=None) -> dict:
-        entry = {"index": self.next_index, "kind": kind, "text": "", "opaque": None}
-        self.next_index += 1
-        self.blocks[index] = entry
+        entry = super().open(index, kind)
         if kind == "refusal":
             self.refusal_seen = True
         self._note_text(kind, text)
         return entry
 
-    def skip(self, index=None) -> None:
-        self.blocks[index] = {"index": None, "kind": "skipped"}
-
     def _note_text(self, kind, delta) -> None:
         if kind == "text" and delta:
             self.text_seen = True
 
-    def _entry(self, index) -> dict:
-        entry = self.blocks.get(index)
-        if entry is None:
-            raise UpstreamProtocolError(f"IR event for block {index} before its block_start")
-        return entry
-
     def delta(self, index=None, delta=None) -> dict:
-        entry = self._entry(index)
-        if entry["kind"] == "reasoning" and delta:
-            entry.setdefault("chunks", []).append(delta)  # joined into "text" at the close
+        entry = super().delta(index, delta)
         self._note_text(entry["kind"], delta)
-        return entry
-
-    def opaque(self, index=None, opaque=None) -> None:
-        self._entry(index)["opaque"] = opaque
-
-    def close(self, index=None) -> dict:
-        """The closed block (a reasoning block's text and opaque state make its envelope)."""
-        entry = self.blocks.pop(index, None)
-        if entry is None:
-            raise UpstreamProtocolError(f"block_stop for block {index} that is not open")
-        if "chunks" in entry:
-            entry["text"] += "".join(entry.pop("chunks"))
         return entry
 
     def seen(self) -> dict:

@@ -10,6 +10,7 @@ import uuid
 
 from engine.errors import UpstreamProtocolError
 from engine.hooks import continuation
+from engine.hooks.open_blocks import OpenBlocks
 
 
 def iso_time(scope, value=None):
@@ -87,49 +88,20 @@ class StepsIn:
         return self.called
 
 
-class StepsOut:
-    """Encoding: our step per IR block, numbered in start order; a thought's summary text
-    and opaque state for its signature; every event's resumable `event_id` (stamp)."""
+class StepsOut(OpenBlocks):
+    """Encoding: our step per IR block (engine/hooks/open_blocks.py), a thought's summary,
+    from its opening text on, in its signature; every event's resumable `event_id` (stamp)."""
 
-    __slots__ = ("steps", "next_index", "events")
+    __slots__ = ("events",)
 
     def __init__(self, ctx):
-        self.steps: dict = {}
-        self.next_index = 0
+        super().__init__(ctx)
         self.events = 0
 
     def open(self, index=None, kind=None, text=None, opaque=None) -> dict:
-        step = {"index": self.next_index, "kind": kind, "chunks": [text] if text and kind == "reasoning" else [],
-                "opaque": opaque}
-        self.next_index += 1
-        self.steps[index] = step
-        return step
-
-    def skip(self, index=None) -> None:
-        """An IR block with no Interactions step (a server tool the proxy ran): its events go nowhere."""
-        self.steps[index] = {"index": None, "kind": "skipped"}
-
-    def _step(self, index) -> dict:
-        step = self.steps.get(index)
-        if step is None:
-            raise UpstreamProtocolError(f"IR event for block {index} before its block_start")
-        return step
-
-    def delta(self, index=None, delta=None) -> dict:
-        step = self._step(index)
-        if step["kind"] == "reasoning" and delta:
-            step["chunks"].append(delta)  # joined into "text" at the close
-        return step
-
-    def opaque(self, index=None, opaque=None) -> None:
-        self._step(index)["opaque"] = opaque
-
-    def close(self, index=None) -> dict:
-        """The closed step (a thought's text and opaque state make its signature)."""
-        step = self.steps.pop(index, None)
-        if step is None:
-            raise UpstreamProtocolError(f"block_stop for block {index} that is not open")
-        step["text"] = "".join(step.pop("chunks", ()))
+        step = super().open(index, kind, opaque=opaque)
+        if text and kind == "reasoning":
+            step["chunks"] = [text]
         return step
 
     def stamp(self, event: dict) -> dict:
