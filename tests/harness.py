@@ -21,7 +21,7 @@ from aiohttp import web
 
 from proxai.http.app import PROXY_KEY, Proxy, build_app, make_runner
 from proxai.routing.config import load_dict
-from proxai.mock import MockUpstream
+from proxai.mock import MockUpstream, Text, Turn
 
 T = TypeVar("T")
 
@@ -163,3 +163,22 @@ def traced(caplog, note: str, wait: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return False
+
+
+def slow_turn(words: int, delay: float) -> Turn:
+    """An answer of `words` words (`w0 w1 ...`), one chunk each, `delay` seconds apart: a
+    background run to poll, or to cancel before it ends."""
+    text = " ".join(f"w{i}" for i in range(words))
+    return Turn(blocks=[Text(text, chunks=[f"w{i}" + ("" if i == words - 1 else " ") for i in range(words)])],
+                delay_secs=delay)
+
+
+def wait_final(fetch, resource_id: str, final: tuple[str, ...], timeout: float = 15):
+    """`fetch(resource_id)` polled until its status is one of `final` (a background run ended)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        resource = fetch(resource_id)
+        if resource.status in final:
+            return resource
+        time.sleep(0.05)
+    raise AssertionError(f"{resource_id} still {resource.status} after {timeout}s")

@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from gemini_helpers import gemini_config
-from harness import CLIENT_KEY
+from harness import CLIENT_KEY, slow_turn, wait_final
 from proxai.mock import Text, Turn
 from test_open_responses_compliance import RESOURCE, event_errors, schema_errors
 
@@ -33,22 +33,6 @@ def client(proxy):
     c = proxy.openai()
     yield c
     c.close()
-
-
-def slow_turn(words: int, delay: float) -> Turn:
-    text = " ".join(f"w{i}" for i in range(words))
-    return Turn(blocks=[Text(text, chunks=[f"w{i}" + ("" if i == words - 1 else " ") for i in range(words)])],
-                delay_secs=delay)
-
-
-def wait_final(client, response_id: str, timeout: float = 15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        response = client.responses.retrieve(response_id)
-        if response.status in FINAL:
-            return response
-        time.sleep(0.05)
-    raise AssertionError(f"{response_id} still {response.status} after {timeout}s")
 
 
 def valid(response) -> None:
@@ -73,7 +57,7 @@ def test_background_polls_to_completion_and_continues(client, mock, provider):
     assert created.status in ("queued", "in_progress")
     assert created.output == [] or created.status == "in_progress"
     valid(created)
-    done = wait_final(client, created.id)
+    done = wait_final(client.responses.retrieve, created.id, FINAL)
     assert done.status == "completed", done.error
     assert done.id == created.id and done.background is True
     assert done.output_text == "w0 w1 w2 w3 w4 w5"
@@ -115,7 +99,7 @@ def test_background_stream_survives_the_client_and_resumes_from_a_sequence_numbe
     replay = list(client.responses.retrieve(response_id, stream=True))
     assert [e.sequence_number for e in replay] == list(range(len(replay)))
     assert replay[-1].type == "response.completed"
-    assert wait_final(client, response_id).output_text == text
+    assert wait_final(client.responses.retrieve, response_id, FINAL).output_text == text
     upstream_streamed(mock)
 
 
@@ -166,7 +150,7 @@ def test_a_failing_provider_ends_the_run_failed(client, mock):
 
     mock.enqueue(Error(400, message="the provider says no"))
     created = client.responses.create(model="anthropic/m", input="hi", background=True)
-    done = wait_final(client, created.id)
+    done = wait_final(client.responses.retrieve, created.id, FINAL)
     assert done.status == "failed" and "the provider says no" in done.error.message
     valid(done)
 
@@ -175,7 +159,7 @@ def test_the_run_is_logged_and_counted_with_its_usage(proxy, client, mock, caplo
     mock.enqueue(slow_turn(3, 0.05))
     with caplog.at_level(logging.INFO, logger="proxai.request"):
         created = client.responses.create(model="chat/m", input="hi", background=True)
-        wait_final(client, created.id)
+        wait_final(client.responses.retrieve, created.id, FINAL)
         time.sleep(0.2)
     runs = [r.fields for r in caplog.records if getattr(r, "fields", {}).get("method") == "BACKGROUND"]
     assert len(runs) == 1
@@ -217,11 +201,11 @@ def test_a_run_holds_one_of_its_clients_concurrent_streams(harness, start_proxy,
     with pytest.raises(openai.RateLimitError) as err:
         c.responses.create(model="anthropic/m", input="again", background=True)
     assert "concurrent_streams (1)" in err.value.body["message"]
-    assert wait_final(c, created.id).status == "completed"
+    assert wait_final(c.responses.retrieve, created.id, FINAL).status == "completed"
     time.sleep(0.2)  # the slot is freed when the run ends
     mock.enqueue(Turn(blocks=[Text("ok")]))
     again = c.responses.create(model="anthropic/m", input="again", background=True)
-    assert wait_final(c, again.id).output_text == "ok"
+    assert wait_final(c.responses.retrieve, again.id, FINAL).output_text == "ok"
 
 
 @pytest.mark.parametrize("provider", ["gemini", "responses"])
@@ -230,7 +214,7 @@ def test_a_background_turn_of_a_conversation_is_added_to_it(client, mock, provid
     mock.enqueue(slow_turn(3, 0.05))
     created = client.responses.create(model=f"{provider}/m", input="Now.", conversation=conversation.id, background=True)
     assert created.conversation.id == conversation.id
-    done = wait_final(client, created.id)
+    done = wait_final(client.responses.retrieve, created.id, FINAL)
     assert done.status == "completed" and done.conversation.id == conversation.id
     sent = json.dumps(mock.requests[-1].body)
     assert sent.index("Earlier.") < sent.index("Now.")
@@ -254,4 +238,4 @@ def test_a_quiet_run_keeps_its_followers_connection_alive(harness, start_proxy, 
         body = b"".join(response.iter_bytes())
     assert b": keep-alive\n\n" in body  # while the provider was silent
     assert body.rstrip().endswith(b"}") and b"event: response.completed" in body
-    assert wait_final(c, created.id).output_text == "after a pause"
+    assert wait_final(c.responses.retrieve, created.id, FINAL).output_text == "after a pause"

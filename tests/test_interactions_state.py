@@ -14,7 +14,7 @@ from google import genai
 from google.genai import types
 from google.genai._interactions_errors import APIError
 
-from harness import CLIENT_KEY
+from harness import CLIENT_KEY, slow_turn, wait_final
 from interactions_clients import MODEL, interactions_config, sent, steps_of
 from proxai.mock import Text, ToolCall, Turn, Usage
 
@@ -187,27 +187,12 @@ def test_toward_an_interactions_provider_the_history_is_its_own_or_whole(client,
 FINAL = ("completed", "requires_action", "incomplete", "failed", "cancelled")
 
 
-def slow_turn(words: int, delay: float) -> Turn:
-    chunks = [f"w{i} " for i in range(words)]
-    return Turn(blocks=[Text("".join(chunks), chunks=chunks)], delay_secs=delay)
-
-
-def wait_final(client, interaction_id: str, timeout: float = 15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        interaction = client.interactions.get(interaction_id)
-        if interaction.status in FINAL:
-            return interaction
-        time.sleep(0.05)
-    raise AssertionError(f"{interaction_id} still {interaction.status} after {timeout}s")
-
-
 @pytest.mark.parametrize("provider", [C, A])
 def test_background_answers_at_once_and_polls_to_completion(client, mock, provider):
     mock.enqueue(Turn([Text("done in the background")], usage=Usage(4, 3)))
     created = client.interactions.create(model=model(provider), input="hi", background=True)
     assert created.status == "in_progress" and created.id.startswith("int_") and not created.steps
-    done = wait_final(client, created.id)
+    done = wait_final(client.interactions.get, created.id, FINAL)
     assert done.status == "completed" and done.id == created.id
     assert done.steps[0].type == "model_output" and done.steps[0].content[0].text == "done in the background"
     assert mock.requests[-1].body["stream"] is True and "background" not in mock.requests[-1].body
@@ -290,5 +275,5 @@ def test_background_toward_an_interactions_provider_is_a_run_of_the_proxy(client
     assert created.id and created.status in ("in_progress", "completed")
     body = sent(mock, stream=True)  # a plain streamed request: the run is the proxy's, not the provider's
     assert "background" not in body
-    done = wait_final(client, created.id)
+    done = wait_final(client.interactions.get, created.id, FINAL)
     assert done.status == "completed" and done.steps[0].content[0].text == "run here"
