@@ -37,12 +37,11 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-import engine
 from proxai.http import errors as E
 from proxai.http import requestid
 from proxai.observability.logs import add_earlier_usage, log_request
 from proxai.endpoints import replay, state_spec
-from proxai.endpoints.responses_state import StateUnavailable, _frame
+from proxai.endpoints.responses_state import StateUnavailable, _frame, empty_resource
 from proxai.http.detached import DetachedRequest, Writer
 from proxai.protocols import RESPONSES
 from proxai.routing import clients
@@ -380,21 +379,19 @@ async def start(proxy, request: web.Request, protocol: str, match, body: dict, i
 
 
 def _queued(proxy, protocol: str, body: dict, response_id: str, spec) -> dict:
-    """The queued Response, its echoed settings by the protocol's own response rules."""
-    ctx = engine.Context(client_protocol=protocol, provider_protocol=protocol, client_body=body)
-    if "background" not in spec.echo:  # (Interactions) the resource the run's first snapshot starts from
-        response = proxy.engine.translate_response(ctx, {
-            "id": response_id, "object": spec.object, "status": "completed", "model": body.get("model") or "",
-            spec.output: [], "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        response.update(id=response_id, status=spec.background.get("queued_status", "queued"))
+    """The queued resource: an empty answer by the protocol's own response rules, in the
+    queued status, with the state fields the protocol echoes (its descriptor's state: echo)."""
+    response = empty_resource(proxy, protocol, body, response_id)
+    response["status"] = spec.background.get("queued_status", "queued")
+    previous = body.get(spec.previous)
+    if "previous" in spec.echo or ("previous_when_set" in spec.echo and previous is not None):
+        response[spec.previous] = previous
+    if "store" in spec.echo:
+        response[spec.store] = True  # a background run is stored (start refused store: false)
+    if "background" not in spec.echo:  # (Interactions) a queued interaction has no steps yet
         response.pop(spec.output, None)
-        if body.get(spec.previous) is not None:
-            response[spec.previous] = body[spec.previous]
         return response
-    response = proxy.engine.translate_response(ctx, {"id": response_id, "object": "response", "created_at": int(time.time()),
-                                                     "status": "completed", "model": body.get("model") or "", "output": []})
-    response.update(id=response_id, status="queued", completed_at=None, background=True, store=True,
-                    previous_response_id=body.get("previous_response_id"))
+    response.update(background=True, completed_at=None)  # (Responses) not completed yet
     if isinstance(body.get("conversation"), (str, dict)):
         conversation = body["conversation"]
         response["conversation"] = {"id": conversation if isinstance(conversation, str) else conversation.get("id")}

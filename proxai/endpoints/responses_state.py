@@ -39,6 +39,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
+import engine
 from proxai.http import errors as E
 from proxai.routing import clients
 from proxai.http import requestid
@@ -641,6 +642,21 @@ _FORWARD_QUERY = {
     "input_items": frozenset({"after", "before", "include", "include[]", "limit", "order"}),
 }
 _OWNER_KEY = "passthrough-owner:"
+
+
+def empty_resource(proxy, protocol: str, body: dict, resource_id: str, usage: dict | None = None) -> dict:
+    """The protocol's resource for `body` with no output yet: an empty answer (IR) through the
+    protocol's own response.encode rules, which echo the request's settings; its id is
+    `resource_id` as given (the encoder would prefix it). Its status is the completed one:
+    a caller that answers before the model did sets its own."""
+    ctx = engine.Context(client_protocol=protocol, provider_protocol=protocol, client_body=body)
+    ir: dict[str, Any] = {"id": resource_id, "model": body.get("model") or "", "created": int(time.time()),
+                          "content": [], "stop": "end_turn"}
+    if usage is not None:
+        ir["usage"] = usage
+    resource = proxy.engine.encode_response(ctx, ir)
+    resource["id"] = resource_id
+    return resource
 
 
 async def remember_passthrough(proxy, request: web.Request, data: bytes | None) -> None:

@@ -26,12 +26,12 @@ import aiohttp
 import orjson
 from aiohttp import web
 
-import engine
 from proxai.http import errors as E
 from proxai.http import ingress, paths, requestid
 from proxai.operations import reload
 from proxai.routing import turn_state
 from proxai.observability.logs import add_earlier_usage, log_request
+from proxai.endpoints import responses_state
 from proxai.http.detached import DetachedRequest, Writer
 from proxai.http.streaming import Outcome
 from proxai.http.surface import CAPTURE_KEY, INFO_KEY, PROXY_KEY, dump_json
@@ -295,14 +295,9 @@ class Socket:
 
 def empty_response(proxy, protocol: str, body: dict) -> dict:
     """A completed Response with no output, its echoed settings by the protocol's own rules."""
-    ctx = engine.Context(client_protocol=protocol, provider_protocol=protocol, client_body=body)
-    response_id = "resp_" + uuid.uuid4().hex
-    response = proxy.engine.translate_response(ctx, {
-        "id": response_id, "object": "response", "created_at": int(time.time()), "status": "completed",
-        "model": body.get("model") or "", "output": [],
-        "usage": {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}})
-    response.update(id=response_id, store=body.get("store") is not False,
-                    previous_response_id=body.get("previous_response_id"))
+    response = responses_state.empty_resource(proxy, protocol, body, "resp_" + uuid.uuid4().hex,
+                                              usage={"input_tokens": 0, "output_tokens": 0})
+    response.update(store=body.get("store") is not False, previous_response_id=body.get("previous_response_id"))
     return response
 
 
