@@ -135,7 +135,7 @@ class Engine:
     def _ir_error(self, protocol: str, err: ProxyError) -> dict:
         """The IR error of `err`. Its own type goes in only when it is of the protocol's
         vocabulary (another protocol's type would be a wrong value)."""
-        ir = {"status": err.status, "message": err.message, "code": err.code, "param": err.param}
+        ir = {"status": err.status, "message": err.message, "code": err.code, "param": err.param, "kind": err.kind}
         if err.error_type and err.type_family == self.protocols[protocol].error_vocabulary:
             ir["error_type"] = err.error_type
         return ir

@@ -106,11 +106,11 @@ class _Sink(Writer):
 
 
 def failure_frame(spec, snapshot: dict | None, code: str, message: str, seq: int) -> bytes:
-    """The event a failed run ends with: the protocol's failed snapshot (response.failed), or
-    its error event (Interactions' `error`, which its clients read as the end)."""
-    frame = spec.error_frame(code, message, seq)
-    if frame is not None:
-        return frame
+    """The event a failed run ends with, without its blank line: the protocol's failed snapshot
+    (response.failed), or, for a protocol whose failed stream ends on an error event
+    (`background.error_event`), that event by its `errors.stream` rule."""
+    if spec.background.get("error_event"):
+        return E.render_stream(spec.protocol, E.ProxyError(message, code=code), sequence_number=seq - 1)[:-2]
     failed = E.failed_snapshot(snapshot, code, message)
     failed["background"] = True
     name = spec.background.get("failed_event", "response.failed")

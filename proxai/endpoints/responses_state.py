@@ -449,9 +449,8 @@ class _StreamTee:
         return getattr(self._inner, name)
 
     async def _fail(self, out: list, err: E.ProxyError, snapshot: dict | None) -> None:
-        frame = self._spec.error_frame(err.code or err.kind, err.message, self._seq + 1)
-        await self._inner.write(b"".join(out) + (frame + b"\n\n" if frame is not None else E.render_stream(
-            self._spec.protocol, err, sequence_number=self._seq, response=snapshot)))
+        await self._inner.write(b"".join(out) + E.render_stream(self._spec.protocol, err, sequence_number=self._seq,
+                                                                 response=snapshot))
         self._dead = True
 
     async def write(self, data: bytes) -> None:

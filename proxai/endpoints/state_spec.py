@@ -17,7 +17,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 
 from proxai.http import errors as E
 
@@ -62,18 +61,6 @@ class StateSpec:
     def not_found(self, resource_id: str) -> E.NotFound:
         return E.NotFound(f"{self.noun.capitalize()} with id '{resource_id}' not found.",
                           error_type=self.not_found_type, type_family=self.vocabulary if self.not_found_type else None)
-
-    def error_frame(self, code: str, message: str, n: int) -> bytes | None:
-        """The protocol's in-stream error event (`background.error_event`: Interactions'
-        `error`, which its clients read as the stream's end) as one SSE frame without its
-        blank line; None for a protocol whose failed stream ends on a failed snapshot."""
-        name = self.background.get("error_event")
-        if not name:
-            return None
-        payload = {self.replay.get("type_field", "type"): name, "error": {"code": code, "message": message}}
-        if self.event_id:
-            payload[self.event_id] = f"evt_failed_{n}"
-        return f"event: {name}\ndata: ".encode() + orjson.dumps(payload)
 
     def input_items(self, value: Any) -> list:
         """The request's input as stored items: a string becomes `text_input`, a list of only

@@ -70,10 +70,12 @@ def render_stream(protocol: str, err: ProxyError, *, sequence_number: int = 0,
     rules (engine/stream.py, proxai/http/relay.py).
 
     `sequence_number` is the next unused number and `response` the last known snapshot
-    (or None); each event is named by its `type`.
+    (or None); each event is named by the field its protocol's stream.encode names events by.
     """
-    events = (rules or builtin_engine()).stream_error(protocol, err, sequence_number, response)
-    return b"".join(encode_event(orjson.dumps(event), event["type"]) for event in events)
+    rules = rules or builtin_engine()
+    events = rules.stream_error(protocol, err, sequence_number, response)
+    name = rules.streams[("stream.encode", protocol)].event_name
+    return b"".join(encode_event(orjson.dumps(event), event[name]) for event in events)
 
 
 def failed_snapshot(response: Mapping[str, Any] | None, code: str, message: str) -> dict[str, Any]:
